@@ -1,0 +1,231 @@
+"""DQN (CleanRL's dqn.py, same defaults) with four execution paths: eager, --compile, --cudagraphs, both.
+
+Two hot functions run per step: `act_and_store` writes the last transition into the device replay ring and
+picks the next epsilon-greedy action (epsilon computed on device from a device step counter), and `update`
+samples a batch on device and takes one Adam step. Nothing in the loop syncs with the GPU except waiting
+for the action the CPU env needs.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from common import (
+    HostLink,
+    RunLogger,
+    accelerate,
+    check,
+    cli,
+    final_observations,
+    finished_episodes,
+    make_env,
+    pick_device,
+    resolve_cudagraphs,
+    seed_everything,
+)
+
+
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """gymnasium id of a discrete-action environment"""
+    seed: int = 1
+    """seed of the run (torch, numpy, env)"""
+    total_timesteps: int = 500_000
+    """environment steps of the whole run"""
+    cuda: bool = True
+    """use CUDA when available"""
+    compile: bool = False
+    """torch.compile the hot functions"""
+    cudagraphs: bool = False
+    """capture the hot functions in CUDA graphs (needs CUDA; warns and runs without otherwise)"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate"""
+    num_envs: int = 1
+    """parallel environments"""
+    buffer_size: int = 10_000
+    """replay memory size (transitions)"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 1.0
+    """target network update rate (1.0: hard copy)"""
+    target_network_frequency: int = 500
+    """env steps between target network updates"""
+    batch_size: int = 128
+    """batch size sampled from the replay memory"""
+    start_e: float = 1.0
+    """starting epsilon for exploration"""
+    end_e: float = 0.05
+    """final epsilon"""
+    exploration_fraction: float = 0.5
+    """fraction of total-timesteps over which epsilon decays from start-e to end-e"""
+    learning_starts: int = 10_000
+    """env steps before learning starts"""
+    train_frequency: int = 10
+    """env steps between updates"""
+    log_every: int = 100
+    """updates between two loss records in the metrics CSV (each record reads the device once)"""
+    save_model: bool = False
+    """save the Q-network and optimizer to the run folder at the end"""
+    track: bool = False
+    """log to wandb too (WANDB_MODE=offline works without network)"""
+    wandb_project: str = "turborl"
+    """wandb project"""
+    wandb_entity: str | None = None
+    """wandb entity (team or user)"""
+    capture_video: bool = False
+    """record videos of the first env into the run folder"""
+    runs_dir: str = "runs"
+    """where run folders are created"""
+
+
+class QNetwork(nn.Module):
+    def __init__(self, obs_dim: int, n_actions: int):
+        super().__init__()
+        self.network = nn.Sequential(
+            nn.Linear(obs_dim, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, n_actions)
+        )
+
+    def forward(self, x):
+        return self.network(x)
+
+
+def validate(args: Args) -> None:
+    check(args.total_timesteps > 0, f"--total-timesteps must be positive (got {args.total_timesteps})")
+    check(args.buffer_size > 0, f"--buffer-size must be positive (got {args.buffer_size})")
+    check(
+        0 < args.batch_size <= args.buffer_size,
+        f"--batch-size {args.batch_size} must be between 1 and --buffer-size {args.buffer_size}; "
+        "lower it or raise --buffer-size",
+    )
+    check(args.train_frequency >= 1, f"--train-frequency must be >= 1 (got {args.train_frequency})")
+    check(args.target_network_frequency >= 1, "--target-network-frequency must be >= 1")
+    check(args.learning_starts >= 1, f"--learning-starts must be >= 1 (got {args.learning_starts})")
+    check(0 < args.exploration_fraction <= 1, "--exploration-fraction must be in (0, 1]")
+    check(0 < args.tau <= 1, f"--tau must be in (0, 1] (got {args.tau})")
+    check(args.learning_rate > 0, f"--learning-rate must be positive (got {args.learning_rate})")
+    check(args.log_every >= 1, f"--log-every must be >= 1 (got {args.log_every})")
+
+
+def main(args: Args) -> dict:
+    validate(args)
+    device = pick_device(args.cuda)
+    cudagraphs = resolve_cudagraphs(args.cudagraphs, device)
+    seed_everything(args.seed)
+    envs = make_env(args.env_id, args.num_envs, args.seed, action="discrete", algo="DQN",
+                    capture_video=args.capture_video, video_dir=os.path.join(args.runs_dir, "videos"))
+    logger = RunLogger(args, "dqn", args.total_timesteps, run_root=args.runs_dir)
+    n_envs, obs_dim = args.num_envs, envs.single_observation_space.shape[0]
+    n_actions = int(envs.single_action_space.n)
+
+    q_network = QNetwork(obs_dim, n_actions).to(device)
+    target_network = copy.deepcopy(q_network).requires_grad_(False)
+    # capturable: Adam keeps its step count on the device, as a CUDA graph without compile needs.
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate,
+                                 capturable=cudagraphs and not args.compile)
+
+    # Replay ring buffer and schedule state: preallocated device tensors, updated in place by the graphs.
+    capacity = args.buffer_size
+    rb_obs = torch.zeros(capacity, obs_dim, device=device)
+    rb_next_obs = torch.zeros(capacity, obs_dim, device=device)
+    rb_actions = torch.zeros(capacity, dtype=torch.long, device=device)
+    rb_rewards = torch.zeros(capacity, device=device)
+    rb_dones = torch.zeros(capacity, device=device)
+    rb_ptr = torch.zeros((), dtype=torch.long, device=device)
+    rb_size = torch.zeros((), dtype=torch.long, device=device)
+    env_steps = torch.zeros((), device=device)
+    epsilon = torch.ones((), device=device)
+    last_obs = torch.zeros(n_envs, obs_dim, device=device)
+    last_action = torch.zeros(n_envs, dtype=torch.long, device=device)
+    env_index = torch.arange(n_envs, device=device)
+    decay_steps = args.exploration_fraction * args.total_timesteps
+
+    # Layout of the per-step input: [valid, reward, terminated, reached obs (obs_dim), next obs (obs_dim)].
+    def act_and_store(step_in: torch.Tensor) -> torch.Tensor:
+        valid = step_in[0, 0].long()  # 0 on the first call: nothing to store yet
+        slots = (rb_ptr + env_index) % capacity
+        rb_obs[slots] = last_obs
+        rb_actions[slots] = last_action
+        rb_rewards[slots] = step_in[:, 1]
+        rb_dones[slots] = step_in[:, 2]
+        rb_next_obs[slots] = step_in[:, 3 : 3 + obs_dim]
+        rb_ptr.copy_((rb_ptr + n_envs * valid) % capacity)
+        rb_size.copy_(torch.clamp(rb_size + n_envs * valid, max=capacity))
+        env_steps.add_(n_envs * valid)
+
+        obs = step_in[:, 3 + obs_dim :]
+        epsilon.copy_(torch.clamp(args.start_e + (args.end_e - args.start_e) * env_steps / decay_steps,
+                                  min=args.end_e))
+        greedy = q_network(obs).argmax(dim=1)
+        random_action = torch.randint(0, n_actions, (n_envs,), device=device)
+        action = torch.where(torch.rand(n_envs, device=device) < epsilon, random_action, greedy)
+        last_obs.copy_(obs)
+        last_action.copy_(action)
+        return action
+
+    def update() -> tuple[torch.Tensor, torch.Tensor]:
+        idx = (torch.rand(args.batch_size, device=device) * rb_size).long()
+        with torch.no_grad():
+            target_max = target_network(rb_next_obs[idx]).max(dim=1).values
+            td_target = rb_rewards[idx] + args.gamma * target_max * (1 - rb_dones[idx])
+        old_val = q_network(rb_obs[idx]).gather(1, rb_actions[idx].unsqueeze(1)).squeeze(1)
+        loss = F.mse_loss(td_target, old_val)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.detach(), old_val.mean().detach()
+
+    act_and_store = accelerate(act_and_store, compile=args.compile, cudagraphs=cudagraphs, device=device)
+    update = accelerate(update, compile=args.compile, cudagraphs=cudagraphs, device=device)
+    online_params, target_params = list(q_network.parameters()), list(target_network.parameters())
+
+    link = HostLink((n_envs, 3 + 2 * obs_dim), (n_envs,), torch.long, device)
+    obs, _ = envs.reset(seed=args.seed)
+    link.np_in[:, 3 + obs_dim :] = obs  # valid = 0: the first call only acts
+    num_iterations = -(-args.total_timesteps // n_envs)
+    global_step, updates = 0, 0
+    try:
+        for iteration in range(num_iterations):
+            action = act_and_store(link.send())
+            link.fetch(action)
+            if global_step > args.learning_starts and iteration % args.train_frequency == 0:
+                # Launched before the env steps: the update runs on the GPU while the CPU simulates.
+                loss, q_mean = update()
+                updates += 1
+                if updates == 4:  # compile and capture are behind us
+                    logger.mark_steady(global_step)
+                if updates % args.log_every == 0:
+                    logger.log(global_step, td_loss=loss.item(), q_values=q_mean.item(), epsilon=epsilon.item())
+            if iteration % (args.target_network_frequency // n_envs or 1) == 0:
+                with torch.no_grad():
+                    torch._foreach_lerp_(target_params, online_params, args.tau)
+
+            next_obs, rewards, terminations, _, infos = envs.step(link.wait())
+            global_step += n_envs
+            link.np_in[:, 0] = 1.0
+            link.np_in[:, 1] = rewards
+            link.np_in[:, 2] = terminations  # truncation is not termination: bootstrap through time limits
+            link.np_in[:, 3 : 3 + obs_dim] = final_observations(next_obs, infos)
+            link.np_in[:, 3 + obs_dim :] = next_obs
+            for episodic_return, length in finished_episodes(infos):
+                logger.episode(global_step, episodic_return, length)
+            logger.progress(global_step)
+    finally:
+        envs.close()
+        if args.save_model:
+            path = os.path.join(logger.dir, "dqn.pt")
+            torch.save({"q_network": q_network.state_dict(), "optimizer": optimizer.state_dict(),
+                        "args": logger.args, "global_step": global_step}, path + ".tmp")
+            os.replace(path + ".tmp", path)
+        summary = logger.close(run_dir=logger.dir, updates=updates)
+    return summary
+
+
+if __name__ == "__main__":
+    cli(main, Args)

@@ -1,0 +1,88 @@
+"""Environment construction: gymnasium vector envs with episode statistics and same-step autoreset."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import gymnasium as gym
+import numpy as np
+
+from common.run import UserError
+
+ActionKind = Literal["discrete", "continuous", "any"]
+
+
+def make_env(
+    env_id: str,
+    num_envs: int,
+    seed: int,
+    *,
+    action: ActionKind = "any",
+    algo: str = "this algorithm",
+    capture_video: bool = False,
+    video_dir: str | None = None,
+    asynchronous: bool = False,
+) -> gym.vector.VectorEnv:
+    """A seeded gymnasium vector env that records episode returns.
+
+    Autoreset is SAME_STEP: a step that ends an episode returns the first observation of the next one and
+    puts the last observation of the finished one in `info["final_obs"]` (see `final_observations`), so no
+    stored transition ever crosses an episode boundary.
+    """
+    if num_envs < 1:
+        raise UserError(f"--num-envs must be >= 1 (got {num_envs})")
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error:
+        raise UserError(
+            f"unknown env id {env_id!r}: use a registered gymnasium id such as CartPole-v1 or HalfCheetah-v5"
+        ) from None
+
+    def thunk(index: int):
+        def make():
+            kwargs = {"render_mode": "rgb_array"} if capture_video and index == 0 else {}
+            env = gym.make(spec, **kwargs)
+            if capture_video and index == 0:
+                env = gym.wrappers.RecordVideo(env, video_dir or "videos", disable_logger=True)
+            return env
+
+        return make
+
+    vector_cls = gym.vector.AsyncVectorEnv if asynchronous else gym.vector.SyncVectorEnv
+    try:
+        envs = vector_cls([thunk(i) for i in range(num_envs)], autoreset_mode=mode)
+    except gym.error.DependencyNotInstalled as err:
+        raise UserError(f"{env_id} needs an extra package ({err}); install it: pip install -e '.[mujoco]'") from None
+    space = envs.single_action_space
+    if action == "discrete" and not isinstance(space, gym.spaces.Discrete):
+        envs.close()
+        raise UserError(f"{algo} needs a discrete action space but {env_id} has {space}; pick e.g. CartPole-v1")
+    if action == "continuous" and not isinstance(space, gym.spaces.Box):
+        envs.close()
+        raise UserError(
+            f"{algo} needs a continuous (Box) action space but {env_id} has {space}; pick e.g. Pendulum-v1"
+        )
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    envs.action_space.seed(seed)
+    envs.observation_space.seed(seed)
+    return envs
+
+
+def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
+    """The observation each env actually reached this step: `next_obs`, except the final observation of
+    an episode that just ended (same-step autoreset already replaced it with the next episode's first)."""
+    if "_final_obs" not in infos:
+        return next_obs
+    real = next_obs.copy()
+    for i in np.flatnonzero(infos["_final_obs"]):
+        real[i] = infos["final_obs"][i]
+    return real
+
+
+def finished_episodes(infos: dict) -> list[tuple[float, int]]:
+    """(return, length) of each episode that ended this step."""
+    if "_episode" not in infos:
+        return []
+    ep = infos["episode"]
+    return [(float(ep["r"][i]), int(ep["l"][i])) for i in np.flatnonzero(infos["_episode"])]

@@ -1,0 +1,156 @@
+"""Run folder, metrics CSV, progress bar, optional wandb, and steady-state speed."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+from collections import deque
+
+from common.run import StartupClock, UserError
+
+
+class RunLogger:
+    """Everything a run reports goes through here.
+
+    - `runs/{env}__{algo}__{seed}__{time}/`: `args.json`, `metrics.csv` (long format: step, seconds, name,
+      value; flushed as written so a run that dies keeps its metrics), `summary.json` at the end.
+    - A tqdm bar (plain lines every `print_every` seconds when stderr is not a terminal) with steps/s and the
+      mean return of the last 20 episodes.
+    - Steps/s: `mark_steady(step)` starts the clock once compile and capture are over; `steady_sps` is
+      the speed since then and `window_sps` the speed of each window of `window_steps` steps after it.
+    - wandb only with `track=True` (WANDB_MODE=offline works without network).
+    """
+
+    def __init__(self, args, algo: str, total_steps: int, run_root: str = "runs", print_every: float = 10.0):
+        self.run_name = f"{args.env_id}__{algo}__{args.seed}__{int(time.time())}"
+        self.dir = os.path.join(run_root, self.run_name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.args = dataclasses.asdict(args)
+        with open(os.path.join(self.dir, "args.json"), "w") as f:
+            json.dump(self.args, f, indent=2, default=str)
+        self._csv_file = open(os.path.join(self.dir, "metrics.csv"), "w", newline="")
+        self._csv = csv.writer(self._csv_file)
+        self._csv.writerow(["step", "seconds", "name", "value"])
+        self.start = time.perf_counter()
+        StartupClock.seconds = 0.0
+        self.total_steps = total_steps
+        self.returns: deque[float] = deque(maxlen=20)
+        self.episodes = 0
+        self.steady_step: int | None = None
+        self.steady_time = 0.0
+        self.window_steps = max(total_steps // 50, 1000)
+        self._window_start: tuple[int, float] | None = None
+        self.window_sps: list[float] = []
+        self._step = 0
+        self._tty = sys.stderr.isatty()
+        self._print_every = print_every
+        self._last_print = self.start
+        self._bar = None
+        if self._tty:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True)
+        self._wandb = None
+        if getattr(args, "track", False):
+            try:
+                import wandb
+            except ImportError:
+                raise UserError("--track needs wandb: pip install -e '.[track]' (or drop --track)") from None
+            self._wandb = wandb.init(
+                project=getattr(args, "wandb_project", "turborl"),
+                entity=getattr(args, "wandb_entity", None),
+                name=self.run_name,
+                config=self.args,
+                dir=self.dir,
+            )
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def log(self, step: int, **metrics: float) -> None:
+        seconds = round(self.elapsed(), 4)
+        for name, value in metrics.items():
+            self._csv.writerow([step, seconds, name, float(value)])
+        self._csv_file.flush()
+        if self._wandb is not None:
+            self._wandb.log(metrics, step=step)
+
+    def episode(self, step: int, episodic_return: float, length: int) -> None:
+        self.returns.append(episodic_return)
+        self.episodes += 1
+        self.log(step, episodic_return=episodic_return, episodic_length=length)
+
+    def mean_return(self) -> float:
+        return sum(self.returns) / len(self.returns) if self.returns else float("nan")
+
+    def mark_steady(self, step: int) -> None:
+        """Compile and capture are over from here on: start the steady-state clock."""
+        if self.steady_step is None:
+            self.steady_step, self.steady_time = step, time.perf_counter()
+            self._window_start = (step, self.steady_time)
+
+    def steady_sps(self) -> float:
+        if self.steady_step is None or self._step <= self.steady_step:
+            return float("nan")
+        return (self._step - self.steady_step) / (time.perf_counter() - self.steady_time)
+
+    def progress(self, step: int) -> None:
+        """Call once per loop iteration with the global step (cheap: host work only)."""
+        advanced, self._step = step - self._step, step
+        now = time.perf_counter()
+        if self._window_start is not None and step - self._window_start[0] >= self.window_steps:
+            sps = (step - self._window_start[0]) / (now - self._window_start[1])
+            self.window_sps.append(sps)
+            self.log(step, sps=sps)
+            self._window_start = (step, now)
+        if self._bar is not None:
+            self._bar.update(advanced)
+            if now - self._last_print > 0.5:
+                self._bar.set_postfix(sps=f"{self._display_sps(now):.0f}", ret=f"{self.mean_return():.1f}")
+                self._last_print = now
+        elif now - self._last_print > self._print_every:
+            self._last_print = now
+            print(
+                f"step {step}/{self.total_steps}  sps {self._display_sps(now):.0f}  "
+                f"return(last {len(self.returns)}) {self.mean_return():.1f}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _display_sps(self, now: float) -> float:
+        if self.steady_step is not None and self._step > self.steady_step:
+            return self.steady_sps()
+        return self._step / max(now - self.start, 1e-9)
+
+    def close(self, **extra) -> dict:
+        """Write summary.json (speed, startup time, returns) and close everything; returns the summary."""
+        summary = {
+            "steps": self._step,
+            "wall_seconds": self.elapsed(),
+            "startup_seconds": StartupClock.seconds,
+            "steady_sps": self.steady_sps(),
+            "median_window_sps": statistics.median(self.window_sps) if self.window_sps else float("nan"),
+            "episodes": self.episodes,
+            "mean_return_last20": self.mean_return(),
+            **extra,
+        }
+        with open(os.path.join(self.dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+        if self._bar is not None:
+            self._bar.close()
+        self._csv_file.close()
+        if self._wandb is not None:
+            self._wandb.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float))})
+            self._wandb.finish()
+        print(
+            f"done: {self._step} steps in {summary['wall_seconds']:.1f}s, steady {summary['steady_sps']:.0f} "
+            f"steps/s (startup {summary['startup_seconds']:.1f}s), return(last 20) {summary['mean_return_last20']:.1f}"
+            f"; run folder {self.dir}",
+            file=sys.stderr,
+        )
+        return summary

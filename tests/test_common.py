@@ -1,0 +1,107 @@
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+from common import (
+    HostLink,
+    RunLogger,
+    UserError,
+    accelerate,
+    final_observations,
+    finished_episodes,
+    make_env,
+    pick_device,
+    resolve_cudagraphs,
+)
+from tests.helpers import metric
+
+
+def test_unknown_env_id_is_a_user_error():
+    with pytest.raises(UserError, match="unknown env id 'NoSuchEnv-v0'"):
+        make_env("NoSuchEnv-v0", 1, 0)
+
+
+def test_action_space_checks():
+    with pytest.raises(UserError, match="discrete action space"):
+        make_env("Pendulum-v1", 1, 0, action="discrete", algo="DQN")
+    with pytest.raises(UserError, match="continuous"):
+        make_env("CartPole-v1", 1, 0, action="continuous", algo="TD3")
+
+
+def test_episode_boundaries_and_statistics():
+    """Same-step autoreset: the step that ends an episode reports the episode, and its final
+    observation (the state reached) differs from the returned next observation (the new episode's first)."""
+    envs = make_env("CartPole-v1", 2, seed=3)
+    obs, _ = envs.reset(seed=3)
+    steps, ended = 0, []
+    while not ended:
+        next_obs, reward, term, trunc, infos = envs.step(np.zeros(2, dtype=np.int64))  # always push left: falls fast
+        steps += 1
+        ended = finished_episodes(infos)
+        real = final_observations(next_obs, infos)
+    done = np.flatnonzero(term | trunc)
+    assert len(ended) == len(done) > 0
+    assert all(length == steps and ret == steps for ret, length in ended)  # CartPole pays 1 per step
+    for i in done:
+        assert not np.allclose(real[i], next_obs[i])
+        assert abs(next_obs[i]).max() <= 0.05  # a fresh CartPole start
+        assert abs(real[i][2]) > 0.2 or abs(real[i][0]) > 2.4  # the pole fell or the cart left
+    envs.close()
+
+
+def test_seeded_envs_repeat():
+    a = make_env("CartPole-v1", 2, seed=7).reset(seed=7)[0]
+    b = make_env("CartPole-v1", 2, seed=7).reset(seed=7)[0]
+    np.testing.assert_array_equal(a, b)
+
+
+def test_cudagraphs_without_cuda_warns_and_falls_back(capsys):
+    assert resolve_cudagraphs(True, torch.device("cpu")) is False
+    assert "--cudagraphs needs a CUDA device" in capsys.readouterr().err
+    assert resolve_cudagraphs(False, torch.device("cpu")) is False
+
+
+def test_pick_device_cpu():
+    assert pick_device(False).type == "cpu"
+
+
+def test_accelerate_eager_is_identity():
+    def f(x):
+        return x + 1
+
+    assert accelerate(f, compile=False, cudagraphs=False, device=torch.device("cpu")) is f
+
+
+def test_host_link_roundtrip_cpu():
+    link = HostLink((2, 3), (2,), torch.long, torch.device("cpu"))
+    link.np_in[:] = 5.0
+    assert torch.equal(link.send(), torch.full((2, 3), 5.0))
+    link.fetch(torch.tensor([1, 2]))
+    np.testing.assert_array_equal(link.wait(), [1, 2])
+
+
+@dataclass
+class _Args:
+    env_id: str = "Test-v0"
+    seed: int = 0
+    track: bool = False
+
+
+def test_run_logger_writes_metrics_and_summary(tmp_path):
+    logger = RunLogger(_Args(), "algo", total_steps=3000, run_root=str(tmp_path))
+    logger.log(10, loss=0.5)
+    logger.episode(20, 12.0, 12)
+    logger.mark_steady(100)
+    for step in range(100, 3001, 100):
+        logger.progress(step)
+    summary = logger.close()
+    assert metric(logger.dir, "loss") == [0.5]
+    assert metric(logger.dir, "episodic_return") == [12.0]
+    assert len(metric(logger.dir, "sps")) == 2  # windows of 1000 steps after the steady mark
+    assert summary["steady_sps"] > 0 and summary["mean_return_last20"] == 12.0
+    assert json.load(open(os.path.join(logger.dir, "args.json")))["env_id"] == "Test-v0"
+    assert json.load(open(os.path.join(logger.dir, "summary.json")))["steps"] == 3000

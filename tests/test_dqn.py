@@ -1,0 +1,58 @@
+"""DQN on CPU: learning, path agreement, and user errors, run the way users run the script."""
+
+import glob
+import json
+import os
+
+import pytest
+import torch
+
+from tests.helpers import assert_user_error, metric, run_script
+
+# A small-budget configuration that solves CartPole-v1 on CPU in ~25 s (seeds 1-4 reach 235-272).
+FAST = ["--total-timesteps", "25000", "--learning-starts", "1000", "--train-frequency", "2",
+        "--target-network-frequency", "250", "--exploration-fraction", "0.2", "--learning-rate", "5e-4"]
+
+
+def test_dqn_learns_cartpole_and_cudagraphs_without_cuda_falls_back(tmp_path):
+    """Run with --cudagraphs on a CPU-only machine: one warning, then a normal run that learns."""
+    if torch.cuda.is_available():
+        pytest.skip("checks the no-CUDA fallback")
+    result = run_script("dqn", *FAST, "--cudagraphs", "--seed", "1", "--runs-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("--cudagraphs needs a CUDA device") == 1
+    [run_dir] = glob.glob(str(tmp_path / "CartPole-v1__dqn__1__*"))
+    returns = metric(run_dir, "episodic_return")
+    assert sum(returns[-20:]) / 20 >= 195, returns[-20:]
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    assert summary["steps"] == 25000 and summary["steady_sps"] > 0
+
+
+def _first_losses(tmp_path, compile: bool, n: int = 8) -> list[float]:
+    from algos.dqn import Args, main
+
+    torch._dynamo.reset()
+    args = Args(total_timesteps=300, learning_starts=200, train_frequency=1, log_every=1, cuda=False,
+                compile=compile, runs_dir=str(tmp_path / ("compile" if compile else "eager")))
+    summary = main(args)
+    return metric(summary["run_dir"], "td_loss")[:n]
+
+
+def test_dqn_eager_and_compile_give_the_same_first_losses(tmp_path):
+    eager = _first_losses(tmp_path, compile=False)
+    compiled = _first_losses(tmp_path, compile=True)
+    assert len(eager) == 8 and eager[0] > 0
+    torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (["--env-id", "NoSuchEnv-v0"], ["unknown env id", "NoSuchEnv-v0"]),
+        (["--env-id", "Pendulum-v1"], ["discrete action space", "CartPole-v1"]),
+        (["--total-timesteps", "0"], ["--total-timesteps must be positive"]),
+        (["--batch-size", "20000"], ["--batch-size 20000", "--buffer-size"]),
+    ],
+)
+def test_dqn_bad_input_is_one_clear_line(tmp_path, flags, words):
+    assert_user_error(run_script("dqn", *flags, "--runs-dir", str(tmp_path)), *words)
