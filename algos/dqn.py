@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from common import (
     HostLink,
+    RunArgs,
     RunLogger,
     accelerate,
     check,
@@ -27,24 +28,19 @@ from common import (
     make_env,
     pick_device,
     resolve_cudagraphs,
+    save_checkpoint,
     seed_everything,
 )
 
 
 @dataclass
-class Args:
+class Args(RunArgs):
     env_id: str = "CartPole-v1"
     """gymnasium id of a discrete-action environment"""
     seed: int = 1
     """seed of the run (torch, numpy, env)"""
     total_timesteps: int = 500_000
     """environment steps of the whole run"""
-    cuda: bool = True
-    """use CUDA when available"""
-    compile: bool = False
-    """torch.compile the hot functions"""
-    cudagraphs: bool = False
-    """capture the hot functions in CUDA graphs (needs CUDA; warns and runs without otherwise)"""
     learning_rate: float = 2.5e-4
     """Adam learning rate"""
     num_envs: int = 1
@@ -69,20 +65,6 @@ class Args:
     """env steps before learning starts"""
     train_frequency: int = 10
     """env steps between updates"""
-    log_every: int = 100
-    """updates between two loss records in the metrics CSV (each record reads the device once)"""
-    save_model: bool = False
-    """save the Q-network and optimizer to the run folder at the end"""
-    track: bool = False
-    """log to wandb too (WANDB_MODE=offline works without network)"""
-    wandb_project: str = "turborl"
-    """wandb project"""
-    wandb_entity: str | None = None
-    """wandb entity (team or user)"""
-    capture_video: bool = False
-    """record videos of the first env into the run folder"""
-    runs_dir: str = "runs"
-    """where run folders are created"""
 
 
 class QNetwork(nn.Module):
@@ -146,20 +128,19 @@ def main(args: Args) -> dict:
     env_index = torch.arange(n_envs, device=device)
     decay_steps = args.exploration_fraction * args.total_timesteps
 
-    # Layout of the per-step input: [valid, reward, terminated, reached obs (obs_dim), next obs (obs_dim)].
     def act_and_store(step_in: torch.Tensor) -> torch.Tensor:
-        valid = step_in[0, 0].long()  # 0 on the first call: nothing to store yet
+        valid, reward, terminated, _, reached_obs, obs = HostLink.unpack(step_in, obs_dim)
+        valid = valid.long()  # 0 on the first call: nothing to store yet
         slots = (rb_ptr + env_index) % capacity
         rb_obs[slots] = last_obs
         rb_actions[slots] = last_action
-        rb_rewards[slots] = step_in[:, 1]
-        rb_dones[slots] = step_in[:, 2]
-        rb_next_obs[slots] = step_in[:, 3 : 3 + obs_dim]
+        rb_rewards[slots] = reward
+        rb_dones[slots] = terminated  # truncation is not termination: bootstrap through time limits
+        rb_next_obs[slots] = reached_obs
         rb_ptr.copy_((rb_ptr + n_envs * valid) % capacity)
         rb_size.copy_(torch.clamp(rb_size + n_envs * valid, max=capacity))
         env_steps.add_(n_envs * valid)
 
-        obs = step_in[:, 3 + obs_dim :]
         epsilon.copy_(torch.clamp(args.start_e + (args.end_e - args.start_e) * env_steps / decay_steps,
                                   min=args.end_e))
         greedy = q_network(obs).argmax(dim=1)
@@ -185,9 +166,9 @@ def main(args: Args) -> dict:
     update = accelerate(update, compile=args.compile, cudagraphs=cudagraphs, device=device)
     online_params, target_params = list(q_network.parameters()), list(target_network.parameters())
 
-    link = HostLink((n_envs, 3 + 2 * obs_dim), (n_envs,), torch.long, device)
+    link = HostLink(n_envs, obs_dim, (), torch.long, device)
     obs, _ = envs.reset(seed=args.seed)
-    link.np_in[:, 3 + obs_dim :] = obs  # valid = 0: the first call only acts
+    link.first(obs)
     num_iterations = -(-args.total_timesteps // n_envs)
     global_step, updates = 0, 0
     try:
@@ -206,23 +187,18 @@ def main(args: Args) -> dict:
                 with torch.no_grad():
                     torch._foreach_lerp_(target_params, online_params, args.tau)
 
-            next_obs, rewards, terminations, _, infos = envs.step(link.wait())
+            next_obs, rewards, terminations, truncations, infos = envs.step(link.wait())
             global_step += n_envs
-            link.np_in[:, 0] = 1.0
-            link.np_in[:, 1] = rewards
-            link.np_in[:, 2] = terminations  # truncation is not termination: bootstrap through time limits
-            link.np_in[:, 3 : 3 + obs_dim] = final_observations(next_obs, infos)
-            link.np_in[:, 3 + obs_dim :] = next_obs
+            link.put(rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
             for episodic_return, length in finished_episodes(infos):
                 logger.episode(global_step, episodic_return, length)
             logger.progress(global_step)
     finally:
         envs.close()
         if args.save_model:
-            path = os.path.join(logger.dir, "dqn.pt")
-            torch.save({"q_network": q_network.state_dict(), "optimizer": optimizer.state_dict(),
-                        "args": logger.args, "global_step": global_step}, path + ".tmp")
-            os.replace(path + ".tmp", path)
+            save_checkpoint(os.path.join(logger.dir, "dqn.pt"), {
+                "q_network": q_network.state_dict(), "optimizer": optimizer.state_dict(),
+                "args": logger.args, "global_step": global_step})
         summary = logger.close(run_dir=logger.dir, updates=updates)
     return summary
 

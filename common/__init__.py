@@ -4,6 +4,7 @@ from common.envs import final_observations, finished_episodes, make_env
 from common.logger import RunLogger
 from common.run import (
     HostLink,
+    RunArgs,
     StartupClock,
     UserError,
     accelerate,
@@ -11,11 +12,13 @@ from common.run import (
     cli,
     pick_device,
     resolve_cudagraphs,
+    save_checkpoint,
     seed_everything,
 )
 
 __all__ = [
     "HostLink",
+    "RunArgs",
     "RunLogger",
     "StartupClock",
     "UserError",
@@ -27,5 +30,6 @@ __all__ = [
     "make_env",
     "pick_device",
     "resolve_cudagraphs",
+    "save_checkpoint",
     "seed_everything",
 ]

@@ -3,16 +3,44 @@
 from __future__ import annotations
 
 import functools
+import os
 import random
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 import numpy as np
 import torch
 
 T = TypeVar("T")
+
+
+@dataclass
+class RunArgs:
+    """Flags every script shares (plumbing); each script's `Args` adds its task and hyperparameters."""
+
+    cuda: bool = True
+    """use CUDA when available"""
+    compile: bool = False
+    """torch.compile the hot functions"""
+    cudagraphs: bool = False
+    """capture the hot functions in CUDA graphs (needs CUDA; warns and runs without otherwise)"""
+    log_every: int = 100
+    """updates between two loss records in the metrics CSV (each record reads the device once)"""
+    save_model: bool = False
+    """save a checkpoint (networks, optimizers, counters) to the run folder at the end"""
+    track: bool = False
+    """log to wandb too (WANDB_MODE=offline works without network)"""
+    wandb_project: str = "turborl"
+    """wandb project"""
+    wandb_entity: str | None = None
+    """wandb entity (team or user)"""
+    capture_video: bool = False
+    """record videos of the first env into the run folder's videos/"""
+    runs_dir: str = "runs"
+    """where run folders are created"""
 
 
 class UserError(Exception):
@@ -112,28 +140,52 @@ def accelerate(
 class HostLink:
     """The per-step exchange between a CPU environment and the device, without stalling the GPU.
 
-    The env writes its results into `np_in` (a pinned host buffer); `send()` starts an asynchronous copy to
-    the device and returns the device tensor. `fetch(t)` starts copying a device result (the action) into
-    pinned memory and records an event; `wait()` blocks on that event only (never a full synchronize), so
-    work launched after `fetch` (an update) keeps running on the GPU while the CPU steps the env.
+    The env's results go into a pinned host buffer with one row per env, laid out as
+    `[valid, reward, terminated, truncated, reached obs, next obs]` (`reached` is the observation the step
+    actually reached, `next` the one to act on, which differs only where an episode just ended), and
+    `send()` starts one asynchronous copy to the device. `unpack` splits the device tensor inside a hot
+    function. `fetch(action)` starts copying the action into pinned memory and records an event; `wait()`
+    blocks on that event only (never a full synchronize), so GPU work launched after `fetch` (an update)
+    keeps running while the CPU steps the env.
     """
 
-    def __init__(self, in_shape, out_shape, out_dtype: torch.dtype, device: torch.device):
+    def __init__(self, n_envs: int, obs_dim: int, action_shape: tuple, action_dtype: torch.dtype,
+                 device: torch.device):
         pinned = device.type == "cuda"
-        self.host_in = torch.zeros(in_shape, pin_memory=pinned)
+        self.obs_dim = obs_dim
+        self.host_in = torch.zeros((n_envs, 4 + 2 * obs_dim), pin_memory=pinned)
         self.np_in = self.host_in.numpy()
-        self.dev_in = torch.zeros(in_shape, device=device) if pinned else self.host_in
-        self.host_out = torch.zeros(out_shape, dtype=out_dtype, pin_memory=pinned)
+        self.dev_in = torch.zeros_like(self.host_in, device=device) if pinned else self.host_in
+        self.host_out = torch.zeros((n_envs, *action_shape), dtype=action_dtype, pin_memory=pinned)
         self.np_out = self.host_out.numpy()
         self.event = torch.cuda.Event() if pinned else None
+
+    def first(self, obs) -> None:
+        """The reset observation: nothing to store yet (valid = 0)."""
+        self.np_in[:] = 0.0
+        self.np_in[:, 4 + self.obs_dim :] = obs
+
+    def put(self, rewards, terminations, truncations, reached_obs, next_obs) -> None:
+        self.np_in[:, 0] = 1.0
+        self.np_in[:, 1] = rewards
+        self.np_in[:, 2] = terminations
+        self.np_in[:, 3] = truncations
+        self.np_in[:, 4 : 4 + self.obs_dim] = reached_obs
+        self.np_in[:, 4 + self.obs_dim :] = next_obs
+
+    @staticmethod
+    def unpack(step_in: torch.Tensor, obs_dim: int):
+        """(valid scalar, reward, terminated, truncated, reached obs, next obs) from a sent tensor."""
+        return (step_in[0, 0], step_in[:, 1], step_in[:, 2], step_in[:, 3], step_in[:, 4 : 4 + obs_dim],
+                step_in[:, 4 + obs_dim :])
 
     def send(self) -> torch.Tensor:
         if self.event is not None:
             self.dev_in.copy_(self.host_in, non_blocking=True)
         return self.dev_in
 
-    def fetch(self, result: torch.Tensor) -> None:
-        self.host_out.copy_(result, non_blocking=True)
+    def fetch(self, action: torch.Tensor) -> None:
+        self.host_out.copy_(action, non_blocking=True)
         if self.event is not None:
             self.event.record()
 
@@ -141,3 +193,10 @@ class HostLink:
         if self.event is not None:
             self.event.synchronize()
         return self.np_out
+
+
+def save_checkpoint(path: str, state: dict) -> str:
+    """torch.save to a temp file, then rename: a crash mid-write never leaves a truncated checkpoint."""
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    return path
