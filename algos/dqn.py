@@ -25,6 +25,7 @@ from common import (
     cli,
     final_observations,
     finished_episodes,
+    floor_us,
     make_env,
     pick_device,
     resolve_cudagraphs,
@@ -170,7 +171,7 @@ def main(args: Args) -> dict:
     obs, _ = envs.reset(seed=args.seed)
     link.first(obs)
     num_iterations = -(-args.total_timesteps // n_envs)
-    global_step, updates = 0, 0
+    global_step, updates, completed = 0, 0, False
     try:
         for iteration in range(num_iterations):
             action = act_and_store(link.send())
@@ -193,13 +194,17 @@ def main(args: Args) -> dict:
             for episodic_return, length in finished_episodes(infos):
                 logger.episode(global_step, episodic_return, length)
             logger.progress(global_step)
+        completed = True
     finally:
         envs.close()
         if args.save_model:
             save_checkpoint(os.path.join(logger.dir, "dqn.pt"), {
                 "q_network": q_network.state_dict(), "optimizer": optimizer.state_dict(),
                 "args": logger.args, "global_step": global_step})
-        summary = logger.close(run_dir=logger.dir, updates=updates)
+        extra = {}
+        if completed and args.measure_floor and logger.steady_step is not None:
+            extra["floor_us"] = floor_us(lambda i: (act_and_store(link.dev_in), update()), device)
+        summary = logger.close(run_dir=logger.dir, updates=updates, **extra)
     return summary
 
 

@@ -28,6 +28,7 @@ from common import (
     cli,
     final_observations,
     finished_episodes,
+    floor_us,
     make_env,
     pick_device,
     resolve_cudagraphs,
@@ -207,7 +208,7 @@ def main(args: Args) -> dict:
     obs, _ = envs.reset(seed=args.seed)
     link.first(obs)
     num_iterations = -(-args.total_timesteps // n_envs)
-    global_step, updates = 0, 0
+    global_step, updates, completed = 0, 0, False
     try:
         for iteration in range(num_iterations):
             link.fetch(act_and_store(link.send()))
@@ -226,6 +227,7 @@ def main(args: Args) -> dict:
             for episodic_return, length in finished_episodes(infos):
                 logger.episode(global_step, episodic_return, length)
             logger.progress(global_step)
+        completed = True
     finally:
         envs.close()
         if args.save_model:
@@ -239,7 +241,12 @@ def main(args: Args) -> dict:
                            "rewards": rb_rewards[:size].cpu(), "dones": rb_dones[:size].cpu(),
                            "next_obs": rb_next_obs[:size].cpu(), "ptr": int(rb_ptr)},
             })
-        summary = logger.close(run_dir=logger.dir, updates=updates)
+        extra = {}
+        if completed and args.measure_floor and logger.steady_step is not None:
+            updates_in_turn = [update_all] + [update_critics] * (args.policy_frequency - 1)
+            extra["floor_us"] = floor_us(
+                lambda i: (act_and_store(link.dev_in), updates_in_turn[i % args.policy_frequency]()), device)
+        summary = logger.close(run_dir=logger.dir, updates=updates, **extra)
     return summary
 
 

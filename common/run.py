@@ -8,8 +8,9 @@ import random
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -41,6 +42,8 @@ class RunArgs:
     """record videos of the first env into the run folder's videos/"""
     runs_dir: str = "runs"
     """where run folders are created"""
+    measure_floor: bool = False
+    """after training, time the hot functions alone back to back (the GPU floor of a step; for benchmarks)"""
 
 
 class UserError(Exception):
@@ -135,6 +138,22 @@ def accelerate(
 
     return run
 
+
+def floor_us(step: Callable[[int], object], device: torch.device, calls: int = 200) -> float:
+    """Microseconds per call of `step(i)` run back to back, synchronized once at the end.
+
+    With captured functions the CPU only enqueues replays, so this is the GPU time of one step alone: the
+    floor that a loop which also steps a simulator can approach. Used after training (it trains on).
+    """
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for i in range(10):
+        step(i)
+    sync()
+    start = time.perf_counter()
+    for i in range(calls):
+        step(i)
+    sync()
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 class HostLink:

@@ -1,5 +1,7 @@
 """GPU checks (skipped without CUDA): capture works, the four paths compute the same thing, RNG advances."""
 
+import importlib
+
 import pytest
 import torch
 
@@ -8,27 +10,33 @@ from tests.helpers import metric
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
-PATHS = {"eager": (False, False), "compile": (True, False), "cudagraphs": (False, True), "compile+cudagraphs": (True, True)}
+PATHS = {"compile": (True, False), "cudagraphs": (False, True), "compile+cudagraphs": (True, True)}
+
+# Per algorithm: a short run that reaches a few updates, and the loss it logs after each.
+SHORT_RUNS = {
+    "dqn": (dict(total_timesteps=400, learning_starts=200, train_frequency=1), "td_loss"),
+    "td3": (dict(env_id="Pendulum-v1", total_timesteps=140, learning_starts=100), "qf_loss"),
+    "sac": (dict(env_id="Pendulum-v1", total_timesteps=140, learning_starts=100), "qf_loss"),
+}
 
 
-def _dqn_losses(tmp_path, compile: bool, cudagraphs: bool, n: int = 10) -> list[float]:
-    from algos.dqn import Args, main
-
+def first_losses(tmp_path, algo: str, compile: bool, cudagraphs: bool, n: int = 10) -> list[float]:
+    module = importlib.import_module(f"algos.{algo}")
+    overrides, loss_name = SHORT_RUNS[algo]
     torch._dynamo.reset()  # a fresh compile per run: dynamo's recompile limit is per code object
-    args = Args(total_timesteps=400, learning_starts=200, train_frequency=1, log_every=1, compile=compile,
-                cudagraphs=cudagraphs, runs_dir=str(tmp_path / f"{compile}-{cudagraphs}"))
-    summary = main(args)
-    losses = metric(summary["run_dir"], "td_loss")
+    args = module.Args(**overrides, log_every=1, compile=compile, cudagraphs=cudagraphs,
+                       runs_dir=str(tmp_path / f"{algo}-{compile}-{cudagraphs}"))
+    losses = metric(module.main(args)["run_dir"], loss_name)
     assert len(losses) >= n
     return losses[:n]
 
 
-def test_dqn_four_paths_same_first_losses(tmp_path):
-    eager = _dqn_losses(tmp_path, False, False)
+@pytest.mark.parametrize("algo", list(SHORT_RUNS))
+def test_four_paths_same_first_losses(tmp_path, algo):
+    eager = first_losses(tmp_path, algo, False, False)
     for name, (compile, cudagraphs) in PATHS.items():
-        if name != "eager":
-            torch.testing.assert_close(_dqn_losses(tmp_path, compile, cudagraphs), eager, rtol=1e-3, atol=1e-5,
-                                       msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(first_losses(tmp_path, algo, compile, cudagraphs), eager, rtol=1e-3, atol=1e-5,
+                                   msg=lambda m, name=name: f"{algo} {name}: {m}")
 
 
 @pytest.mark.parametrize("compile", [False, True])
@@ -44,3 +52,25 @@ def test_captured_replays_advance_the_rng(compile):
     assert all(not torch.equal(draws[i], draws[i + 1]) for i in range(7))
     replayed = draws[4:]
     assert abs(replayed.mean().item() - 0.5) < 0.01 and abs(replayed.std().item() - 12 ** -0.5) < 0.01
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_captured_sac_policy_has_eager_action_spread(compile):
+    from algos.sac import Actor
+
+    torch._dynamo.reset()
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    actor = Actor(3, 2, -2 * torch.ones(2).numpy(), 2 * torch.ones(2).numpy()).to(device)
+    obs = torch.randn(1, 3, device=device).expand(4096, 3).contiguous()  # one state, many samples
+
+    def sample():
+        with torch.no_grad():
+            return actor.get_action(obs)[0]
+
+    captured = accelerate(sample, compile=compile, cudagraphs=True, device=device)
+    replays = torch.cat([captured() for _ in range(10)][4:])  # past warmup and capture
+    eager = torch.cat([sample() for _ in range(6)])
+    torch.testing.assert_close(replays.mean(0), eager.mean(0), atol=0.03, rtol=0)
+    torch.testing.assert_close(replays.std(0), eager.std(0), atol=0.03, rtol=0)
+    assert (eager.std(0) > 0.05).all()  # the policy is stochastic, so the comparison means something

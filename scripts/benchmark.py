@@ -1,0 +1,239 @@
+"""Benchmark turborl: run the real scripts (algos x paths x envs x seeds) and write one JSON per run.
+
+    python scripts/benchmark.py --suite speed                 # every algo x every path, short steady-state runs
+    python scripts/benchmark.py --suite learning --seeds 1 2 3  # default tasks to a budget: fastest path + eager
+    python scripts/report.py                                  # results/ -> results/README.md + plots
+
+Each run is a subprocess `python algos/<algo>.py ...`, the command a user would type, and its JSON holds the
+steady-state steps/s (median of the windows after compile and capture), the startup (compile + capture)
+seconds, the loop's time per step next to the floor (`--measure-floor`: the hot functions of one step replayed
+back to back with no simulator, synchronized once), the return curve, and the machine and versions. A failed
+run is written with its error, never dropped. Runs whose JSON already says "ok" are skipped (resumable).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import glob
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PATH_FLAGS = {"eager": [], "compile": ["--compile"], "cudagraphs": ["--cudagraphs"],
+              "compile+cudagraphs": ["--compile", "--cudagraphs"]}
+
+
+@dataclass(frozen=True)
+class Task:
+    algo: str
+    env_id: str
+    steps: int
+    """env steps of a run in the fast paths"""
+    eager_steps: int
+    """env steps of a run in eager (slow: a shorter run still gives many steady-state windows)"""
+    learning_starts: int | None = None
+    """override of the script's --learning-starts (scaled with the steps)"""
+
+
+# Speed: learning starts early so most of the run is steady-state training.
+SPEED = [
+    Task("dqn", "CartPole-v1", 60_000, 30_000, 5_000),
+    Task("td3", "HalfCheetah-v5", 25_000, 5_000, 2_000),
+    Task("sac", "HalfCheetah-v5", 25_000, 4_000, 2_000),
+    Task("ppo", "CartPole-v1", 200_000, 50_000),
+    Task("ppo", "HalfCheetah-v5", 61_440, 20_480),
+]
+# Learning: each algorithm's default task and budget (CleanRL's), eager on a tenth of it.
+LEARNING = [
+    Task("dqn", "CartPole-v1", 500_000, 50_000),
+    Task("ppo", "CartPole-v1", 500_000, 50_000),
+    Task("td3", "HalfCheetah-v5", 1_000_000, 100_000),
+    Task("sac", "HalfCheetah-v5", 1_000_000, 100_000),
+    Task("ppo", "HalfCheetah-v5", 1_000_000, 100_000),
+]
+
+
+@dataclass
+class Args:
+    suite: str = "speed"
+    """`speed` (every algo x path, short) or `learning` (default tasks to their budget)"""
+    algos: list[str] = field(default_factory=lambda: ["dqn", "td3", "sac", "ppo"])
+    """algorithms to run"""
+    paths: list[str] = field(default_factory=lambda: list(PATH_FLAGS))
+    """paths to run (speed suite; the learning suite runs compile+cudagraphs and eager)"""
+    envs: list[str] = field(default_factory=list)
+    """only these env ids (empty: each task's default)"""
+    seeds: list[int] = field(default_factory=lambda: [1])
+    """seeds"""
+    scale: float | None = None
+    """multiply every run's steps (default 1 with CUDA, 0.05 on a CPU-only machine)"""
+    out: str | None = None
+    """output folder (default results/<suite>, results/<suite>-cpu without CUDA)"""
+    timeout: float = 600.0
+    """seconds before a run is stopped and recorded as failed"""
+    force: bool = False
+    """rerun runs whose JSON already says ok"""
+
+
+def machine() -> dict:
+    """Where and with what the numbers were measured."""
+    import torch
+
+    def version(pkg):
+        try:
+            return importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    def run(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    cpu = platform.processor()
+    if os.path.exists("/proc/cpuinfo"):
+        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                   cpu)
+    cuda = torch.cuda.is_available()
+    return {
+        "device": "cuda" if cuda else "cpu",
+        "gpu": torch.cuda.get_device_name() if cuda else None,
+        "driver": run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).split("\n")[0] or None,
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        **{pkg: version(pkg) for pkg in ("tensordict", "gymnasium", "mujoco", "numpy")},
+        "git_commit": run(["git", "rev-parse", "HEAD"]) or None,
+        "git_dirty": bool(run(["git", "status", "--porcelain", "--untracked-files=no"])),
+    }
+
+
+def return_curve(metrics_csv: str, max_points: int = 200) -> dict:
+    """Episodic returns as (step, seconds, return), thinned to at most max_points, and the last 20 mean."""
+    rows = []
+    with open(metrics_csv) as f:
+        for row in csv.DictReader(f):
+            if row["name"] == "episodic_return":
+                rows.append((int(row["step"]), float(row["seconds"]), float(row["value"])))
+    stride = max(1, math.ceil(len(rows) / max_points))
+    kept = rows[::stride] + ([rows[-1]] if rows and (len(rows) - 1) % stride else [])
+    return {"steps": [r[0] for r in kept], "seconds": [r[1] for r in kept], "returns": [r[2] for r in kept]}
+
+
+def run_one(task: Task, path: str, seed: int, scale: float, measure_floor: bool, timeout: float) -> dict:
+    """Run one script as a subprocess; the record says ok or failed (with the error), never nothing."""
+    runs_dir = tempfile.mkdtemp(prefix="turborl-bench-")
+    steps = max(1000, int((task.eager_steps if path == "eager" else task.steps) * scale))
+    user_command = [f"algos/{task.algo}.py", "--env-id", task.env_id, "--seed", str(seed),
+                    "--total-timesteps", str(steps), *PATH_FLAGS[path]]
+    if task.learning_starts is not None:
+        user_command += ["--learning-starts", str(max(100, int(task.learning_starts * scale)))]
+    if measure_floor:
+        user_command.append("--measure-floor")
+    command = [sys.executable, *user_command, "--runs-dir", runs_dir]
+    record = {"algo": task.algo, "env_id": task.env_id, "path": path, "seed": seed, "steps": steps,
+              "command": shlex.join(["python", *user_command]),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        error = None if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr.strip()[-1500:]}"
+    except subprocess.TimeoutExpired:
+        error = f"timeout after {timeout:.0f}s"
+    record["wall_seconds"] = time.perf_counter() - start
+    run_dirs = glob.glob(os.path.join(runs_dir, "*"))
+    summary_path = os.path.join(run_dirs[0], "summary.json") if run_dirs else ""
+    if error is None and not os.path.exists(summary_path):
+        error = "the run wrote no summary.json"
+    if error is not None:
+        return {**record, "status": "failed", "error": error}
+    summary = json.load(open(summary_path))
+    sps = summary["median_window_sps"]
+    if not sps == sps:  # nan: too few windows, fall back to the whole steady-state span
+        sps = summary["steady_sps"]
+    return {
+        **record, "status": "ok",
+        "steady_sps": sps,
+        "steady_sps_whole": summary["steady_sps"],
+        "startup_seconds": summary["startup_seconds"],
+        "run_wall_seconds": summary["wall_seconds"],
+        "us_per_step": 1e6 / sps if sps and sps == sps else None,
+        "floor_us_per_step": summary.get("floor_us"),
+        "floor_method": "hot functions of one env step called back to back after training, one synchronize "
+                        "at the end (captured paths: GPU replay time alone)",
+        "final_return": summary["mean_return_last20"],
+        "episodes": summary["episodes"],
+        "curve": return_curve(os.path.join(run_dirs[0], "metrics.csv")),
+    }
+
+
+def plan(args: Args) -> list[tuple[Task, str, int]]:
+    tasks = SPEED if args.suite == "speed" else LEARNING
+    paths = args.paths if args.suite == "speed" else ["compile+cudagraphs", "eager"]
+    runs = []
+    for task in tasks:
+        if task.algo not in args.algos or (args.envs and task.env_id not in args.envs):
+            continue
+        for path in paths:
+            for seed in args.seeds if (args.suite == "speed" or path != "eager") else args.seeds[:1]:
+                runs.append((task, path, seed))
+    return runs
+
+
+def main(args: Args) -> None:
+    import torch
+    from tqdm import tqdm
+
+    if args.suite not in ("speed", "learning"):
+        raise SystemExit(f"error: --suite must be speed or learning (got {args.suite!r})")
+    unknown = [p for p in args.paths if p not in PATH_FLAGS]
+    if unknown:
+        raise SystemExit(f"error: unknown path(s) {unknown}; choose from {list(PATH_FLAGS)}")
+    cuda = torch.cuda.is_available()
+    args.scale = args.scale if args.scale is not None else (1.0 if cuda else 0.05)
+    out = args.out or os.path.join(ROOT, "results", args.suite + ("" if cuda else "-cpu"))
+    os.makedirs(out, exist_ok=True)
+    info = machine()
+    runs = plan(args)
+    table = []
+    for task, path, seed in tqdm(runs, desc=f"{args.suite} suite", unit="run"):
+        name = f"{task.algo}__{task.env_id}__{path}__s{seed}.json"
+        target = os.path.join(out, name)
+        if not args.force and os.path.exists(target) and json.load(open(target)).get("status") == "ok":
+            record = json.load(open(target))
+        else:
+            record = run_one(task, path, seed, args.scale, args.suite == "speed", args.timeout)
+            record["machine"], record["suite"], record["scale"] = info, args.suite, args.scale
+            with open(target + ".tmp", "w") as f:
+                json.dump(record, f, indent=1)
+            os.replace(target + ".tmp", target)
+        table.append(record)
+    print(f"\n{args.suite} suite on {info['gpu'] or info['cpu']} (torch {info['torch']}), JSON in {out}")
+    print(f"{'algo':5} {'env':16} {'path':19} {'seed':>4} {'steps/s':>9} {'us/step':>8} {'floor us':>8} "
+          f"{'startup s':>9} {'return':>8}  status")
+    for r in table:
+        def fmt(key, spec):
+            value = r.get(key)
+            return format(value, spec) if isinstance(value, (int, float)) and value == value else "-"
+        print(f"{r['algo']:5} {r['env_id']:16} {r['path']:19} {r['seed']:>4} {fmt('steady_sps', '9.0f')} "
+              f"{fmt('us_per_step', '8.0f')} {fmt('floor_us_per_step', '8.0f')} {fmt('startup_seconds', '9.1f')} "
+              f"{fmt('final_return', '8.1f')}  {r['status']}{'' if r['status'] == 'ok' else ': ' + r['error'][-200:]}")
+
+
+if __name__ == "__main__":
+    import tyro
+
+    main(tyro.cli(Args, description=__doc__.split("\n\n")[0]))
