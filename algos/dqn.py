@@ -145,8 +145,11 @@ def main(args: Args) -> dict:
         epsilon.copy_(torch.clamp(args.start_e + (args.end_e - args.start_e) * env_steps / decay_steps,
                                   min=args.end_e))
         greedy = q_network(obs).argmax(dim=1)
-        random_action = torch.randint(0, n_actions, (n_envs,), device=device)
-        action = torch.where(torch.rand(n_envs, device=device) < epsilon, random_action, greedy)
+        # One draw for both coins: compiled code may reorder independent random ops (torch 2.11 does), which
+        # would make the paths disagree.
+        explore_coin, action_coin = torch.rand(2, n_envs, device=device)
+        random_action = (action_coin * n_actions).long().clamp(max=n_actions - 1)
+        action = torch.where(explore_coin < epsilon, random_action, greedy)
         last_obs.copy_(obs)
         last_action.copy_(action)
         return action

@@ -28,6 +28,7 @@ from common import (
     accelerate,
     check,
     cli,
+    compiled,
     final_observations,
     finished_episodes,
     floor_us,
@@ -199,7 +200,7 @@ def main(args: Args) -> dict:
         last_action.copy_(action)
         return action
 
-    def update(update_actor: bool):
+    def critic_loss():
         idx = (torch.rand(args.batch_size, device=device) * rb_size).long()
         obs, actions, next_obs = rb_obs[idx], rb_actions[idx], rb_next_obs[idx]
         with torch.no_grad():
@@ -208,35 +209,51 @@ def main(args: Args) -> dict:
             next_q = rb_rewards[idx] + (1 - rb_dones[idx]) * args.gamma * (min_next_q - alpha * next_log_pi)
         qf1_values, qf2_values = qf1(obs, actions), qf2(obs, actions)
         qf_loss = F.mse_loss(qf1_values, next_q) + F.mse_loss(qf2_values, next_q)
+        return qf_loss, obs, {"qf_loss": qf_loss.detach(), "qf1_values": qf1_values.detach().mean()}
+
+    def actor_loss(obs):
+        pi, log_pi, _ = actor.get_action(obs)
+        return (alpha * log_pi - torch.min(qf1(obs, pi), qf2(obs, pi))).mean()
+
+    def alpha_loss(obs):
+        with torch.no_grad():
+            log_pi = actor.get_action(obs)[1]
+        return (-log_alpha.exp() * (log_pi + target_entropy)).mean()
+
+    # Compiled: the losses (forward and backward) and the optimizer steps, each graph-break free; the
+    # backward calls stay outside compiled code (torch 2.11 fails on a compiled function with two backward
+    # passes). The update that calls them is captured whole: still one graph replay per env step.
+    critic_loss, actor_loss, alpha_loss = (compiled(f, args.compile) for f in (critic_loss, actor_loss, alpha_loss))
+    q_step, actor_step = compiled(q_optimizer.step, args.compile), compiled(actor_optimizer.step, args.compile)
+    alpha_step = compiled(a_optimizer.step, args.compile) if args.autotune else None
+
+    def update(update_actor: bool):
         q_optimizer.zero_grad()
+        qf_loss, obs, metrics = critic_loss()
         qf_loss.backward()
-        q_optimizer.step()
-        out = {"qf_loss": qf_loss.detach(), "qf1_values": qf1_values.mean().detach()}
-        if update_actor:
+        q_step()
+        if update_actor:  # a Python branch outside the graphs: two captured variants, chosen per env step
             for _ in range(args.policy_frequency):  # delayed, not fewer: as many policy steps as env steps
-                pi, log_pi, _ = actor.get_action(obs)
-                actor_loss = (alpha * log_pi - torch.min(qf1(obs, pi), qf2(obs, pi))).mean()
                 actor_optimizer.zero_grad()
-                actor_loss.backward()
-                actor_optimizer.step()
+                loss = actor_loss(obs)
+                loss.backward()
+                actor_step()
+                metrics["actor_loss"] = loss.detach()
                 if args.autotune:
-                    with torch.no_grad():
-                        log_pi = actor.get_action(obs)[1]
-                    alpha_loss = (-log_alpha.exp() * (log_pi + target_entropy)).mean()
                     a_optimizer.zero_grad()
-                    alpha_loss.backward()
-                    a_optimizer.step()
+                    loss = alpha_loss(obs)
+                    loss.backward()
+                    alpha_step()
                     alpha.copy_(log_alpha.detach().exp())
-                    out["alpha_loss"] = alpha_loss.detach()
-            out["actor_loss"] = actor_loss.detach()
-            out["alpha"] = alpha.clone().squeeze()
+                    metrics["alpha_loss"] = loss.detach()
+            metrics["alpha"] = alpha.clone().squeeze()
         torch._foreach_lerp_(target_params, online_params, args.tau)
-        return out
+        return metrics
 
     def path(fn):
-        return accelerate(fn, compile=args.compile, cudagraphs=cudagraphs, device=device)
+        return accelerate(fn, compile=False, cudagraphs=cudagraphs, device=device, compiled_inside=args.compile)
 
-    act_and_store = path(act_and_store)
+    act_and_store = accelerate(act_and_store, compile=args.compile, cudagraphs=cudagraphs, device=device)
     update_critics = path(lambda: update(update_actor=False))
     update_all = path(lambda: update(update_actor=True))
 

@@ -26,6 +26,7 @@ from common import (
     accelerate,
     check,
     cli,
+    compiled,
     final_observations,
     finished_episodes,
     floor_us,
@@ -173,7 +174,7 @@ def main(args: Args) -> dict:
         last_action.copy_(action)
         return action
 
-    def update(update_actor: bool):
+    def critic_loss():
         idx = (torch.rand(args.batch_size, device=device) * rb_size).long()
         obs, actions, next_obs = rb_obs[idx], rb_actions[idx], rb_next_obs[idx]
         with torch.no_grad():
@@ -184,23 +185,35 @@ def main(args: Args) -> dict:
             next_q = rb_rewards[idx] + (1 - rb_dones[idx]) * args.gamma * min_next_q
         qf1_values, qf2_values = qf1(obs, actions), qf2(obs, actions)
         qf_loss = F.mse_loss(qf1_values, next_q) + F.mse_loss(qf2_values, next_q)
+        return qf_loss, obs, {"qf_loss": qf_loss.detach(), "qf1_values": qf1_values.detach().mean()}
+
+    def actor_loss(obs):
+        return -qf1(obs, actor(obs)).mean()
+
+    # Compiled: the losses (forward and backward) and the optimizer steps, each graph-break free; the
+    # backward calls stay outside compiled code (torch 2.11 fails on a compiled function with two backward
+    # passes). The update that calls them is captured whole: still one graph replay per env step.
+    critic_loss, actor_loss = compiled(critic_loss, args.compile), compiled(actor_loss, args.compile)
+    q_step, actor_step = compiled(q_optimizer.step, args.compile), compiled(actor_optimizer.step, args.compile)
+
+    def update(update_actor: bool):
         q_optimizer.zero_grad()
+        qf_loss, obs, metrics = critic_loss()
         qf_loss.backward()
-        q_optimizer.step()
-        out = {"qf_loss": qf_loss.detach(), "qf1_values": qf1_values.mean().detach()}
-        if update_actor:
-            actor_loss = -qf1(obs, actor(obs)).mean()
+        q_step()
+        if update_actor:  # a Python branch outside the graphs: two captured variants, chosen per env step
             actor_optimizer.zero_grad()
-            actor_loss.backward()
-            actor_optimizer.step()
+            loss = actor_loss(obs)
+            loss.backward()
+            actor_step()
             torch._foreach_lerp_(target_params, online_params, args.tau)
-            out["actor_loss"] = actor_loss.detach()
-        return out
+            metrics["actor_loss"] = loss.detach()
+        return metrics
 
     def path(fn):
-        return accelerate(fn, compile=args.compile, cudagraphs=cudagraphs, device=device)
+        return accelerate(fn, compile=False, cudagraphs=cudagraphs, device=device, compiled_inside=args.compile)
 
-    act_and_store = path(act_and_store)
+    act_and_store = accelerate(act_and_store, compile=args.compile, cudagraphs=cudagraphs, device=device)
     update_critics = path(lambda: update(update_actor=False))
     update_all = path(lambda: update(update_actor=True))
 

@@ -1,6 +1,6 @@
 """turborl's shared plumbing: envs, the path switch, logging. Algorithms live in algos/, one file each."""
 
-from common.envs import final_observations, finished_episodes, make_env
+from common.envs import action_space, final_observations, finished_episodes, is_cheap, make_env
 from common.logger import RunLogger
 from common.run import (
     HostLink,
@@ -10,6 +10,7 @@ from common.run import (
     accelerate,
     check,
     cli,
+    compiled,
     floor_us,
     pick_device,
     resolve_cudagraphs,
@@ -24,11 +25,14 @@ __all__ = [
     "StartupClock",
     "UserError",
     "accelerate",
+    "action_space",
+    "compiled",
     "check",
     "cli",
     "final_observations",
     "finished_episodes",
     "floor_us",
+    "is_cheap",
     "make_env",
     "pick_device",
     "resolve_cudagraphs",

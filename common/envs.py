@@ -32,12 +32,7 @@ def make_env(
     if num_envs < 1:
         raise UserError(f"--num-envs must be >= 1 (got {num_envs})")
     mode = gym.vector.AutoresetMode.SAME_STEP
-    try:
-        spec = gym.spec(env_id)
-    except gym.error.Error:
-        raise UserError(
-            f"unknown env id {env_id!r}: use a registered gymnasium id such as CartPole-v1 or HalfCheetah-v5"
-        ) from None
+    spec = _spec(env_id)
 
     def thunk(index: int):
         def make():
@@ -53,7 +48,7 @@ def make_env(
     try:
         envs = vector_cls([thunk(i) for i in range(num_envs)], autoreset_mode=mode)
     except gym.error.DependencyNotInstalled as err:
-        raise UserError(f"{env_id} needs an extra package ({err}); install it: pip install -e '.[mujoco]'") from None
+        raise _missing_extra(env_id, err) from None
     space = envs.single_action_space
     if action == "discrete" and not isinstance(space, gym.spaces.Discrete):
         envs.close()
@@ -67,6 +62,36 @@ def make_env(
     envs.action_space.seed(seed)
     envs.observation_space.seed(seed)
     return envs
+
+
+def action_space(env_id: str) -> gym.Space:
+    """The action space of `env_id` (to pick an algorithm's defaults before the envs are built)."""
+    try:
+        env = gym.make(_spec(env_id))
+    except gym.error.DependencyNotInstalled as err:
+        raise _missing_extra(env_id, err) from None
+    space = env.action_space
+    env.close()
+    return space
+
+
+def is_cheap(env_id: str) -> bool:
+    """Classic control and toy text: stepping costs less than a subprocess round trip."""
+    entry = str(_spec(env_id).entry_point)
+    return "classic_control" in entry or "toy_text" in entry
+
+
+def _spec(env_id: str):
+    try:
+        return gym.spec(env_id)
+    except gym.error.Error:
+        raise UserError(
+            f"unknown env id {env_id!r}: use a registered gymnasium id such as CartPole-v1 or HalfCheetah-v5"
+        ) from None
+
+
+def _missing_extra(env_id: str, err: Exception) -> UserError:
+    return UserError(f"{env_id} needs an extra package ({err}); install it: pip install -e '.[mujoco]'")
 
 
 def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:

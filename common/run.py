@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable)
 
 
 @dataclass
@@ -96,21 +97,31 @@ class StartupClock:
     seconds = 0.0
 
 
+def compiled(fn: F, enabled: bool = True) -> F:
+    """`torch.compile(fn)` (or fn itself when not enabled), keeping eager's random kernels so that every path
+    draws the same numbers from the same seed. Use it directly for the parts of a function captured as a whole
+    (`accelerate(..., compile=False, cudagraphs=...)`), e.g. one compiled function per backward pass."""
+    if not enabled:
+        return fn
+    torch._inductor.config.fallback_random = True
+    return torch.compile(fn)
+
+
 def accelerate(
-    fn: Callable, *, compile: bool, cudagraphs: bool, device: torch.device, warmup: int | None = None
+    fn: Callable, *, compile: bool, cudagraphs: bool, device: torch.device, warmup: int | None = None,
+    compiled_inside: bool = False,
 ) -> Callable:
     """Apply the chosen path to a hot function: eager, torch.compile, CUDA graph, or compile then graph.
 
     The first calls of a compiled or captured function compile / record it; their wall time (synchronized)
     is added to `StartupClock.seconds` so speed can be measured on steady state alone. `cudagraphs` must
-    already be resolved against the device (see `resolve_cudagraphs`).
+    already be resolved against the device (see `resolve_cudagraphs`). `compiled_inside`: fn calls functions
+    already wrapped with `compiled` (not compiled again, but timed and captured as a compiled function).
     """
-    if not (compile or cudagraphs):
+    if not (compile or cudagraphs or compiled_inside):
         return fn
-    if compile:
-        # Random ops keep eager's kernels so every path draws the same numbers from the same seed.
-        torch._inductor.config.fallback_random = True
-        fn = torch.compile(fn)
+    fn = compiled(fn, compile)
+    compile = compile or compiled_inside  # its first calls compile: time them, capture after them
     slow_calls = 1
     if cudagraphs:
         from tensordict.nn import CudaGraphModule

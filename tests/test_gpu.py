@@ -12,31 +12,34 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 PATHS = {"compile": (True, False), "cudagraphs": (False, True), "compile+cudagraphs": (True, True)}
 
-# Per algorithm: a short run that reaches a few updates, and the loss it logs after each.
+# Per case: the script, a short run that reaches a few updates, and the loss it logs after each.
 SHORT_RUNS = {
-    "dqn": (dict(total_timesteps=400, learning_starts=200, train_frequency=1), "td_loss"),
-    "td3": (dict(env_id="Pendulum-v1", total_timesteps=140, learning_starts=100), "qf_loss"),
-    "sac": (dict(env_id="Pendulum-v1", total_timesteps=140, learning_starts=100), "qf_loss"),
+    "dqn": ("dqn", {"total_timesteps": 400, "learning_starts": 200, "train_frequency": 1}, "td_loss"),
+    "td3": ("td3", {"env_id": "Pendulum-v1", "total_timesteps": 140, "learning_starts": 100}, "qf_loss"),
+    "sac": ("sac", {"env_id": "Pendulum-v1", "total_timesteps": 140, "learning_starts": 100}, "qf_loss"),
+    "ppo": ("ppo", {"num_steps": 16, "total_timesteps": 4 * 16 * 12}, "policy_loss"),
+    "ppo-continuous": ("ppo", {"env_id": "Pendulum-v1", "num_envs": 2, "num_steps": 32, "num_minibatches": 4,
+                               "update_epochs": 2, "total_timesteps": 2 * 32 * 12}, "value_loss"),
 }
 
 
-def first_losses(tmp_path, algo: str, compile: bool, cudagraphs: bool, n: int = 10) -> list[float]:
-    module = importlib.import_module(f"algos.{algo}")
-    overrides, loss_name = SHORT_RUNS[algo]
+def first_losses(tmp_path, case: str, compile: bool, cudagraphs: bool, n: int = 10) -> list[float]:
+    script, overrides, loss_name = SHORT_RUNS[case]
+    module = importlib.import_module(f"algos.{script}")
     torch._dynamo.reset()  # a fresh compile per run: dynamo's recompile limit is per code object
     args = module.Args(**overrides, log_every=1, compile=compile, cudagraphs=cudagraphs,
-                       runs_dir=str(tmp_path / f"{algo}-{compile}-{cudagraphs}"))
+                       runs_dir=str(tmp_path / f"{case}-{compile}-{cudagraphs}"))
     losses = metric(module.main(args)["run_dir"], loss_name)
     assert len(losses) >= n
     return losses[:n]
 
 
-@pytest.mark.parametrize("algo", list(SHORT_RUNS))
-def test_four_paths_same_first_losses(tmp_path, algo):
-    eager = first_losses(tmp_path, algo, False, False)
+@pytest.mark.parametrize("case", list(SHORT_RUNS))
+def test_four_paths_same_first_losses(tmp_path, case):
+    eager = first_losses(tmp_path, case, False, False)
     for name, (compile, cudagraphs) in PATHS.items():
-        torch.testing.assert_close(first_losses(tmp_path, algo, compile, cudagraphs), eager, rtol=1e-3, atol=1e-5,
-                                   msg=lambda m, name=name: f"{algo} {name}: {m}")
+        torch.testing.assert_close(first_losses(tmp_path, case, compile, cudagraphs), eager, rtol=1e-3, atol=1e-5,
+                                   msg=lambda m, name=name: f"{case} {name}: {m}")
 
 
 @pytest.mark.parametrize("compile", [False, True])

@@ -1,0 +1,392 @@
+"""PPO (CleanRL's ppo.py and ppo_continuous_action.py in one file, same defaults) with four paths.
+
+A Discrete action space gets a categorical policy and ppo.py's defaults (CartPole-v1); a Box action space
+gets a Gaussian policy with a state-independent log-std and ppo_continuous_action.py's defaults, including
+observation and reward normalization, done here on device. Per env step one hot function, `act`, writes the
+previous step's reward into the preallocated rollout storage and samples the next action; the action's copy
+to the host is the only thing the CPU waits for. Per iteration `finish` computes GAE as a parallel reverse
+scan and draws the minibatch permutations, all on device; then `update` takes one clipped-PPO Adam step per
+minibatch, with the learning rate annealed through a device tensor.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from common import (
+    HostLink,
+    RunArgs,
+    RunLogger,
+    accelerate,
+    action_space,
+    check,
+    cli,
+    compiled,
+    final_observations,
+    finished_episodes,
+    floor_us,
+    is_cheap,
+    make_env,
+    pick_device,
+    resolve_cudagraphs,
+    save_checkpoint,
+    seed_everything,
+)
+
+
+@dataclass
+class Args(RunArgs):
+    env_id: str = "CartPole-v1"
+    """gymnasium id (Discrete or Box actions, flat Box observations)"""
+    seed: int = 1
+    """seed of the run (torch, numpy, env)"""
+    total_timesteps: int | None = None
+    """environment steps of the whole run (default: 500k discrete, 1M continuous)"""
+    learning_rate: float | None = None
+    """Adam learning rate (default: 2.5e-4 discrete, 3e-4 continuous)"""
+    num_envs: int | None = None
+    """parallel environments (default: 4 discrete, 1 continuous)"""
+    num_steps: int | None = None
+    """steps per env per rollout (default: 128 discrete, 2048 continuous)"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly to 0"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """GAE lambda"""
+    num_minibatches: int | None = None
+    """minibatches per epoch (default: 4 discrete, 32 continuous)"""
+    update_epochs: int | None = None
+    """epochs over each rollout (default: 4 discrete, 10 continuous)"""
+    norm_adv: bool = True
+    """normalize advantages per minibatch"""
+    clip_coef: float = 0.2
+    """surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """clip the value loss too"""
+    ent_coef: float | None = None
+    """entropy bonus coefficient (default: 0.01 discrete, 0.0 continuous)"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """gradient clipping norm"""
+    normalize: bool | None = None
+    """normalize observations and rewards with running statistics (default: off discrete, on continuous)"""
+    async_envs: bool | None = None
+    """step envs in subprocesses (default: on when there are several envs of a costly simulator)"""
+
+
+DISCRETE_DEFAULTS = dict(total_timesteps=500_000, learning_rate=2.5e-4, num_envs=4, num_steps=128,
+                         num_minibatches=4, update_epochs=4, ent_coef=0.01, normalize=False)
+CONTINUOUS_DEFAULTS = dict(total_timesteps=1_000_000, learning_rate=3e-4, num_envs=1, num_steps=2048,
+                           num_minibatches=32, update_epochs=10, ent_coef=0.0, normalize=True)
+
+
+def layer(n_in: int, n_out: int, std: float = math.sqrt(2)) -> nn.Linear:
+    linear = nn.Linear(n_in, n_out)
+    nn.init.orthogonal_(linear.weight, std)
+    nn.init.zeros_(linear.bias)
+    return linear
+
+
+class Agent(nn.Module):
+    """CleanRL's agent: separate 64-64 tanh actor and critic. Distributions are written out (no
+    torch.distributions): no argument checks, no host syncs, one random draw per action."""
+
+    def __init__(self, obs_dim: int, n_out: int, discrete: bool):
+        super().__init__()
+        self.discrete = discrete
+        self.critic = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, 1, 1.0))
+        self.actor = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, n_out, 0.01))
+        if not discrete:
+            self.actor_logstd = nn.Parameter(torch.zeros(n_out))
+
+    def value(self, obs):
+        return self.critic(obs).squeeze(-1)
+
+    def sample(self, obs):
+        """(action, its log-probability): Gumbel-max for categorical, reparameterized Gaussian otherwise."""
+        out = self.actor(obs)
+        if self.discrete:
+            logp = out.log_softmax(-1)
+            action = (logp - torch.log(-torch.log(torch.rand_like(logp)))).argmax(-1)
+            return action, logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        action = out + self.actor_logstd.exp() * torch.randn_like(out)
+        return action, self.gaussian_logp(out, action)
+
+    def evaluate(self, obs, action):
+        """(log-probability of action, entropy, value) under the current parameters."""
+        out = self.actor(obs)
+        if self.discrete:
+            logp = out.log_softmax(-1)
+            entropy = -(logp.exp() * logp).sum(-1)
+            return logp.gather(-1, action.unsqueeze(-1)).squeeze(-1), entropy, self.value(obs)
+        entropy = (0.5 + 0.5 * math.log(2 * math.pi) + self.actor_logstd).sum().expand(obs.shape[0])
+        return self.gaussian_logp(out, action), entropy, self.value(obs)
+
+    def deterministic(self, obs):
+        out = self.actor(obs)
+        return out.argmax(-1) if self.discrete else out
+
+    def gaussian_logp(self, mean, action):
+        log_std = self.actor_logstd
+        return (-0.5 * ((action - mean) / log_std.exp()).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+
+class RunningMeanStd:
+    """Running mean and variance on device, updated in place (gymnasium's RunningMeanStd)."""
+
+    def __init__(self, shape: tuple, device: torch.device):
+        self.mean = torch.zeros(shape, device=device)
+        self.var = torch.ones(shape, device=device)
+        self.count = torch.full((), 1e-4, device=device)
+
+    def update(self, x: torch.Tensor) -> None:
+        batch_mean, batch_var, n = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+        delta, total = batch_mean - self.mean, self.count + n
+        m2 = self.var * self.count + batch_var * n + delta.pow(2) * self.count * n / total
+        self.mean.add_(delta * n / total)
+        self.var.copy_(m2 / total)
+        self.count.add_(n)
+
+    def state(self) -> dict:
+        return {"mean": self.mean, "var": self.var, "count": self.count}
+
+
+def reverse_scan(x: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
+    """y[t] = x[t] + coef[t] * y[t+1] (y past the end = 0) along dim 0, in log2(T) vectorized doubling steps
+    (Hillis-Steele): each step folds in the segment `shift` further on, so no Python loop over time."""
+    y, c = x, coef
+    shift = 1
+    while shift < x.shape[0]:
+        y = torch.cat([y[:-shift] + c[:-shift] * y[shift:], y[-shift:]])
+        c = torch.cat([c[:-shift] * c[shift:], c[-shift:]])
+        shift *= 2
+    return y
+
+
+def resolve_defaults(args: Args) -> bool:
+    """Fill the defaults chosen by the action space, check every value; returns whether actions are discrete."""
+    space = action_space(args.env_id)
+    check(isinstance(space, (gym.spaces.Discrete, gym.spaces.Box)),
+          f"PPO needs Discrete or Box actions but {args.env_id} has {space}; pick e.g. CartPole-v1 or Pendulum-v1")
+    discrete = isinstance(space, gym.spaces.Discrete)
+    for name, value in (DISCRETE_DEFAULTS if discrete else CONTINUOUS_DEFAULTS).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.async_envs is None:
+        args.async_envs = args.num_envs > 1 and not is_cheap(args.env_id)
+    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"):
+        check(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive (got {getattr(args, name)})")
+    check(args.learning_rate > 0, f"--learning-rate must be positive (got {args.learning_rate})")
+    batch = args.num_envs * args.num_steps
+    check(batch % args.num_minibatches == 0,
+          f"--num-minibatches {args.num_minibatches} must divide num-envs x num-steps = {batch}")
+    check(0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1, "--gamma must be in (0, 1], --gae-lambda in [0, 1]")
+    check(args.clip_coef > 0 and args.max_grad_norm > 0, "--clip-coef and --max-grad-norm must be positive")
+    check(args.total_timesteps >= batch,
+          f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
+    check(args.log_every >= 1, f"--log-every must be >= 1 (got {args.log_every})")
+    return discrete
+
+
+def main(args: Args) -> dict:
+    discrete = resolve_defaults(args)
+    device = pick_device(args.cuda)
+    cudagraphs = resolve_cudagraphs(args.cudagraphs, device)
+    seed_everything(args.seed)
+    envs = make_env(args.env_id, args.num_envs, args.seed, algo="PPO", capture_video=args.capture_video,
+                    video_dir=os.path.join(args.runs_dir, "videos"), asynchronous=args.async_envs)
+    obs_space = envs.single_observation_space
+    check(isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1,
+          f"PPO here takes flat Box observations but {args.env_id} has {obs_space}; pick e.g. CartPole-v1")
+    logger = RunLogger(args, "ppo", args.total_timesteps, run_root=args.runs_dir)
+    n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, obs_space.shape[0]
+    batch_size = n_envs * num_steps
+    minibatch_size = batch_size // args.num_minibatches
+    space = envs.single_action_space
+    action_shape = () if discrete else space.shape
+    n_out = int(space.n) if discrete else space.shape[0]
+
+    agent = Agent(obs_dim, n_out, discrete).to(device)
+    # The learning rate is a device tensor: annealing it in place is seen by captured graphs. Without compile,
+    # capturable Adam (CUDA) reads it on device; with compile the compiled step does.
+    lr = torch.tensor(args.learning_rate, device=device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
+                                 capturable=device.type == "cuda" and not args.compile)
+
+    # Rollout storage, normalization statistics and the step index: preallocated, updated in place.
+    obs_buf = torch.zeros(num_steps, n_envs, obs_dim, device=device)
+    actions = torch.zeros(num_steps, n_envs, *action_shape, dtype=torch.long if discrete else torch.float32,
+                          device=device)
+    logprobs = torch.zeros(num_steps, n_envs, device=device)
+    values = torch.zeros(num_steps, n_envs, device=device)
+    rewards = torch.zeros(num_steps, n_envs, device=device)
+    ended = torch.zeros(num_steps, n_envs, device=device)  # the episode ended after this step
+    advantages = torch.zeros(batch_size, device=device)
+    returns = torch.zeros(batch_size, device=device)
+    permutations = torch.zeros(args.update_epochs, batch_size, dtype=torch.long, device=device)
+    step_index = torch.zeros((), dtype=torch.long, device=device)
+    obs_rms, return_rms = RunningMeanStd((obs_dim,), device), RunningMeanStd((), device)
+    discounted_return = torch.zeros(n_envs, device=device)
+    if not discrete:
+        action_low = torch.as_tensor(space.low, dtype=torch.float32, device=device)
+        action_high = torch.as_tensor(space.high, dtype=torch.float32, device=device)
+
+    def normalize_obs(obs, update: bool):
+        if not args.normalize:
+            return obs
+        if update:
+            obs_rms.update(obs)
+        return ((obs - obs_rms.mean) / torch.sqrt(obs_rms.var + 1e-8)).clamp(-10, 10)
+
+    def record(step_in, slot):
+        """Store the env's answer (reward, episode end) to the action taken at `slot`."""
+        _, reward, terminated, truncated, reached_obs, _ = HostLink.unpack(step_in, obs_dim)
+        if args.normalize:  # gymnasium's NormalizeReward: scale by the std of a discounted return, then clip
+            discounted_return.copy_(discounted_return * args.gamma * (1 - terminated) + reward)
+            return_rms.update(discounted_return)
+            reward = (reward / torch.sqrt(return_rms.var + 1e-8)).clamp(-10, 10)
+        # Truncation is not termination: bootstrap through a time limit with the value of the state reached.
+        with torch.no_grad():
+            reached_value = agent.value(normalize_obs(reached_obs, update=False))
+        rewards[slot] = reward + args.gamma * reached_value * truncated
+        ended[slot] = torch.maximum(terminated, truncated)
+
+    def act(step_in: torch.Tensor, record_previous: bool) -> torch.Tensor:
+        if record_previous:
+            record(step_in, step_index - 1)
+        obs = normalize_obs(HostLink.unpack(step_in, obs_dim)[-1], update=True)
+        with torch.no_grad():
+            action, logprob = agent.sample(obs)
+            value = agent.value(obs)
+        obs_buf[step_index] = obs
+        actions[step_index] = action
+        logprobs[step_index] = logprob
+        values[step_index] = value
+        step_index.add_(1)
+        return action if discrete else action.clamp(action_low, action_high)  # the env gets a valid action
+
+    def finish(step_in: torch.Tensor) -> None:
+        """The rollout's last reward, GAE over the whole rollout, and every epoch's minibatch permutation."""
+        record(step_in, num_steps - 1)
+        step_index.zero_()
+        with torch.no_grad():
+            next_value = agent.value(normalize_obs(HostLink.unpack(step_in, obs_dim)[-1], update=False))
+        next_values = torch.cat([values[1:], next_value.unsqueeze(0)])
+        not_ended = 1 - ended
+        deltas = rewards + args.gamma * next_values * not_ended - values
+        gae = reverse_scan(deltas, args.gamma * args.gae_lambda * not_ended)
+        advantages.copy_(gae.flatten())
+        returns.copy_((gae + values).flatten())
+        permutations.copy_(torch.rand(args.update_epochs, batch_size, device=device).argsort(dim=1))
+
+    b_obs, b_actions = obs_buf.view(batch_size, obs_dim), actions.view(batch_size, *action_shape)
+    b_logprobs, b_values = logprobs.view(batch_size), values.view(batch_size)
+
+    def ppo_loss(mb: torch.Tensor):
+        new_logprob, entropy, new_value = agent.evaluate(b_obs[mb], b_actions[mb])
+        logratio = new_logprob - b_logprobs[mb]
+        ratio = logratio.exp()
+        mb_advantages = advantages[mb]
+        if args.norm_adv:
+            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+        pg_loss = torch.max(-mb_advantages * ratio,
+                            -mb_advantages * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)).mean()
+        mb_returns, mb_values = returns[mb], b_values[mb]
+        if args.clip_vloss:
+            clipped = mb_values + (new_value - mb_values).clamp(-args.clip_coef, args.clip_coef)
+            v_loss = 0.5 * torch.max((new_value - mb_returns).pow(2), (clipped - mb_returns).pow(2)).mean()
+        else:
+            v_loss = 0.5 * (new_value - mb_returns).pow(2).mean()
+        entropy_loss = entropy.mean()
+        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+        with torch.no_grad():
+            stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
+                     "old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
+                     "clipfrac": ((ratio - 1).abs() > args.clip_coef).float().mean()}
+        return loss, {k: v.detach() for k, v in stats.items()}
+
+    def clip_and_step():
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        optimizer.step()
+
+    # Compiled: the loss (forward and backward) and the clipped optimizer step; the backward call stays outside
+    # compiled code (torch 2.11 fails on compiled functions that call backward). `update` is captured whole.
+    ppo_loss, clip_and_step = compiled(ppo_loss, args.compile), compiled(clip_and_step, args.compile)
+
+    def update(mb: torch.Tensor) -> dict:
+        optimizer.zero_grad()
+        loss, stats = ppo_loss(mb)
+        loss.backward()
+        clip_and_step()
+        return stats
+
+    def path(fn):
+        return accelerate(fn, compile=args.compile, cudagraphs=cudagraphs, device=device)
+
+    act_first = path(lambda step_in: act(step_in, record_previous=False))  # the previous reward went to finish
+    act_next = path(lambda step_in: act(step_in, record_previous=True))
+    finish = path(finish)
+    update = accelerate(update, compile=False, cudagraphs=cudagraphs, device=device, compiled_inside=args.compile)
+
+    def train_on_rollout() -> dict:
+        stats = {}
+        for epoch in range(args.update_epochs):
+            for start in range(0, batch_size, minibatch_size):
+                stats = update(permutations[epoch, start : start + minibatch_size])
+        return stats
+
+    link = HostLink(n_envs, obs_dim, action_shape, torch.long if discrete else torch.float32, device)
+    obs, _ = envs.reset(seed=args.seed)
+    link.first(obs)
+    num_iterations = args.total_timesteps // batch_size
+    log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
+    global_step, completed = 0, False
+    try:
+        for iteration in range(num_iterations):
+            if args.anneal_lr:
+                lr.fill_(args.learning_rate * (1 - iteration / num_iterations))
+            for step in range(num_steps):
+                link.fetch((act_next if step else act_first)(link.send()))
+                next_obs, env_rewards, terminations, truncations, infos = envs.step(link.wait())
+                global_step += n_envs
+                link.put(env_rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
+                for episodic_return, length in finished_episodes(infos):
+                    logger.episode(global_step, episodic_return, length)
+                logger.progress(global_step)
+            finish(link.send())
+            stats = train_on_rollout()
+            if iteration == 3:  # every hot function compiled and captured
+                logger.mark_steady(global_step)
+            if iteration % log_interval == 0:
+                logger.log(global_step, learning_rate=lr.item(), **{k: v.item() for k, v in stats.items()})
+        completed = True
+    finally:
+        envs.close()
+        if args.save_model:
+            save_checkpoint(os.path.join(logger.dir, "ppo.pt"), {
+                "agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "args": logger.args,
+                "obs_rms": obs_rms.state(), "return_rms": return_rms.state(), "global_step": global_step})
+        extra = {}
+        if completed and args.measure_floor and logger.steady_step is not None:
+            def iteration_on_device(_):
+                act_first(link.dev_in)
+                for _ in range(num_steps - 1):
+                    act_next(link.dev_in)
+                finish(link.dev_in)
+                train_on_rollout()
+
+            extra["floor_us"] = floor_us(iteration_on_device, device, calls=3) / batch_size
+        summary = logger.close(run_dir=logger.dir, **extra)
+    return summary
+
+
+if __name__ == "__main__":
+    cli(main, Args)
