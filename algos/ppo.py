@@ -239,6 +239,12 @@ def main(args: Args) -> dict:
         action_low = torch.as_tensor(space.low, dtype=torch.float32, device=device)
         action_high = torch.as_tensor(space.high, dtype=torch.float32, device=device)
 
+    last_slot = torch.tensor(num_steps - 1, device=device)
+
+    def put(storage, index, value):
+        """storage[index] = value for a 0-dim device index: plain indexing would read the index on the host."""
+        storage.index_copy_(0, index.view(1), value.unsqueeze(0))
+
     def normalize_obs(obs, update: bool):
         if not args.normalize:
             return obs
@@ -256,8 +262,8 @@ def main(args: Args) -> dict:
         # Truncation is not termination: bootstrap through a time limit with the value of the state reached.
         with torch.no_grad():
             reached_value = agent.value(normalize_obs(reached_obs, update=False))
-        rewards[slot] = reward + args.gamma * reached_value * truncated
-        ended[slot] = torch.maximum(terminated, truncated)
+        put(rewards, slot, reward + args.gamma * reached_value * truncated)
+        put(ended, slot, torch.maximum(terminated, truncated))
 
     def act(step_in: torch.Tensor, record_previous: bool) -> torch.Tensor:
         if record_previous:
@@ -266,16 +272,16 @@ def main(args: Args) -> dict:
         with torch.no_grad():
             action, logprob = agent.sample(obs)
             value = agent.value(obs)
-        obs_buf[step_index] = obs
-        actions[step_index] = action
-        logprobs[step_index] = logprob
-        values[step_index] = value
+        put(obs_buf, step_index, obs)
+        put(actions, step_index, action)
+        put(logprobs, step_index, logprob)
+        put(values, step_index, value)
         step_index.add_(1)
         return action if discrete else action.clamp(action_low, action_high)  # the env gets a valid action
 
     def finish(step_in: torch.Tensor) -> None:
         """The rollout's last reward, GAE over the whole rollout, and every epoch's minibatch permutation."""
-        record(step_in, num_steps - 1)
+        record(step_in, last_slot)
         step_index.zero_()
         with torch.no_grad():
             next_value = agent.value(normalize_obs(HostLink.unpack(step_in, obs_dim)[-1], update=False))

@@ -38,9 +38,9 @@ class Task:
     algo: str
     env_id: str
     steps: int
-    """env steps of a run in the fast paths"""
+    """env steps of a run in the captured paths"""
     eager_steps: int
-    """env steps of a run in eager (slow: a shorter run still gives many steady-state windows)"""
+    """env steps of a run in eager and compile-only (slow: a shorter run still gives many steady windows)"""
     learning_starts: int | None = None
     """override of the script's --learning-starts (scaled with the steps)"""
 
@@ -136,7 +136,7 @@ def return_curve(metrics_csv: str, max_points: int = 200) -> dict:
 def run_one(task: Task, path: str, seed: int, scale: float, measure_floor: bool, timeout: float) -> dict:
     """Run one script as a subprocess; the record says ok or failed (with the error), never nothing."""
     runs_dir = tempfile.mkdtemp(prefix="turborl-bench-")
-    steps = max(1000, int((task.eager_steps if path == "eager" else task.steps) * scale))
+    steps = max(1000, int((task.steps if "cudagraphs" in path else task.eager_steps) * scale))
     user_command = [f"algos/{task.algo}.py", "--env-id", task.env_id, "--seed", str(seed),
                     "--total-timesteps", str(steps), *PATH_FLAGS[path]]
     if task.learning_starts is not None:
