@@ -206,7 +206,8 @@ def main(args: Args) -> dict:
                 "args": logger.args, "global_step": global_step})
         extra = {}
         if completed and args.measure_floor and logger.steady_step is not None:
-            extra["floor_us"] = floor_us(lambda i: (act_and_store(link.dev_in), update()), device)
+            extra["floor_us"] = floor_us(  # one env step: an act, and an update every train-frequency steps
+                lambda i: (act_and_store(link.dev_in), i % args.train_frequency == 0 and update()), device)
         summary = logger.close(run_dir=logger.dir, updates=updates, **extra)
     return summary
 

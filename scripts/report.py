@@ -1,0 +1,237 @@
+"""Turn benchmark results (one JSON per run, from scripts/benchmark.py) into tables and plots.
+
+    python scripts/report.py                       # results/*/ -> results/README.md + PNGs, README speed table
+    python scripts/report.py --results results-x --readme ""   # another folder, leave README.md alone
+
+For every suite folder under `--results` it writes a section of `<results>/README.md`: steps/s per path and
+the speed-up over eager (speed suite), return at budget against CleanRL's published returns (learning
+suite), the failed runs with their errors, and where and with what the numbers were measured. Plots:
+`<suite>_speed.png` (steps/s per path) and `<suite>_returns.png` (return vs steps and vs wall time).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PATHS = ["eager", "compile", "cudagraphs", "compile+cudagraphs"]
+# CleanRL's published returns at the default budgets (its benchmark docs), the reference for each default task.
+CLEANRL_RETURNS = {
+    ("dqn", "CartPole-v1"): 488.7,
+    ("ppo", "CartPole-v1"): 490.0,
+    ("td3", "HalfCheetah-v5"): 9583.0,
+    ("sac", "HalfCheetah-v5"): 9635.0,
+    ("ppo", "HalfCheetah-v5"): 1443.0,
+}
+README_START, README_END = "<!-- speed-table:start -->", "<!-- speed-table:end -->"
+
+
+@dataclass
+class Args:
+    results: str = os.path.join(ROOT, "results")
+    """folder whose subfolders (one per suite) hold the JSON of each run"""
+    readme: str = os.path.join(ROOT, "README.md")
+    """README whose speed-table block gets the first speed suite's table ("" to leave it alone)"""
+    plots: bool = True
+    """write PNG plots (needs matplotlib)"""
+
+
+def load(folder: str) -> list[dict]:
+    runs = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        with open(path) as f:
+            run = json.load(f)
+        run["file"] = os.path.basename(path)
+        runs.append(run)
+    return runs
+
+
+def fmt(value, spec: str = ",.0f") -> str:
+    return "–" if value is None or value != value else format(value, spec)
+
+
+def speed_table(runs: list[dict]) -> list[str]:
+    """Steps/s per task and path (median over seeds), the speed-up of the fastest path over eager, and its
+    time per step next to the floor (its hot functions replayed alone)."""
+    cells = defaultdict(list)
+    for run in runs:
+        cells[(run["algo"], run["env_id"], run["path"])].append(run)
+    tasks = sorted({(run["algo"], run["env_id"]) for run in runs})
+    lines = ["| algo | env | " + " | ".join(PATHS) + " | fastest / eager | us/step (floor) | startup s |",
+             "|---|---|" + "---:|" * (len(PATHS) + 3)]
+    for algo, env_id in tasks:
+        sps, row = {}, []
+        for path in PATHS:
+            group = cells.get((algo, env_id, path), [])
+            ok = [r["steady_sps"] for r in group if r["status"] == "ok"]
+            if ok:
+                sps[path] = statistics.median(ok)
+                row.append(fmt(sps[path]))
+            else:
+                row.append("failed" if group else "–")
+        best = max(sps, key=sps.get) if sps else None
+        speedup = f"{sps[best] / sps['eager']:.1f}x ({best})" if best and "eager" in sps else "–"
+        best_runs = [r for r in cells.get((algo, env_id, best), []) if r["status"] == "ok"]
+        floor = statistics.median([r["floor_us_per_step"] for r in best_runs if r.get("floor_us_per_step")] or [None]) \
+            if best_runs else None
+        per_step = f"{fmt(1e6 / sps[best], '.0f')} ({fmt(floor, '.0f')})" if best else "–"
+        startup = fmt(statistics.median([r["startup_seconds"] for r in best_runs]), ".1f") if best_runs else "–"
+        lines.append(f"| {algo} | {env_id} | " + " | ".join(row) + f" | {speedup} | {per_step} | {startup} |")
+    return lines
+
+
+def learning_table(runs: list[dict]) -> list[str]:
+    groups = defaultdict(list)
+    for run in runs:
+        groups[(run["algo"], run["env_id"], run["path"])].append(run)
+    lines = ["| algo | env | path | steps | seeds | return at budget (mean ± std) | CleanRL | wall s (mean) |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for (algo, env_id, path), group in sorted(groups.items()):
+        ok = [r for r in group if r["status"] == "ok"]
+        returns = [r["final_return"] for r in ok if r.get("final_return") is not None]
+        spread = f"{statistics.mean(returns):,.1f} ± {statistics.pstdev(returns):,.1f}" if returns else "–"
+        wall = fmt(statistics.mean([r["run_wall_seconds"] for r in ok]), ".0f") if ok else "–"
+        failed = len(group) - len(ok)
+        seeds = f"{len(ok)}" + (f" (+{failed} failed)" if failed else "")
+        lines.append(f"| {algo} | {env_id} | {path} | {fmt(group[0]['steps'])} | {seeds} | {spread} | "
+                     f"{fmt(CLEANRL_RETURNS.get((algo, env_id)), ',.1f')} | {wall} |")
+    return lines
+
+
+def failures(runs: list[dict]) -> list[str]:
+    failed = [r for r in runs if r["status"] != "ok"]
+    if not failed:
+        return []
+    lines = ["", "Failed runs (kept, never dropped):", ""]
+    for r in failed:
+        error = " ".join(r.get("error", "").split())[-300:]
+        lines.append(f"- `{r['file']}`: `{r['command']}`: {error}")
+    return lines
+
+
+def machines(runs: list[dict]) -> list[str]:
+    seen = {}
+    for r in runs:
+        m = r.get("machine", {})
+        key = (m.get("gpu") or m.get("cpu"), m.get("torch"), m.get("tensordict"), m.get("gymnasium"), m.get("mujoco"))
+        seen.setdefault(key, set()).add((m.get("git_commit") or "?")[:7] + ("+dirty" if m.get("git_dirty") else ""))
+    lines = ["", "Measured on:"]
+    for (device, torch_v, td, gym_v, mj), commits in seen.items():
+        m = next(r["machine"] for r in runs if (r["machine"].get("gpu") or r["machine"].get("cpu")) == device)
+        lines.append(f"- {device} (driver {m.get('driver') or '–'}; CPU {m.get('cpu')}), Python {m.get('python')}, "
+                     f"torch {torch_v}, tensordict {td}, gymnasium {gym_v}, mujoco {mj or '–'}; "
+                     f"commits {', '.join(sorted(commits))}")
+    dates = sorted(r["date"] for r in runs if r.get("date"))
+    if dates:
+        lines.append(f"- dates {dates[0][:10]} to {dates[-1][:10]}; each JSON holds its exact command")
+    return lines
+
+
+def plot_speed(runs: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted({(r["algo"], r["env_id"]) for r in runs})
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(tasks)), 4))
+    width = 0.8 / len(PATHS)
+    for i, p in enumerate(PATHS):
+        heights = []
+        for task in tasks:
+            ok = [r["steady_sps"] for r in runs if (r["algo"], r["env_id"]) == task and r["path"] == p
+                  and r["status"] == "ok"]
+            heights.append(statistics.median(ok) if ok else 0)
+        ax.bar([t + (i - 1.5) * width for t in range(len(tasks))], heights, width, label=p)
+    ax.set_xticks(range(len(tasks)), [f"{a}\n{e}" for a, e in tasks])
+    ax.set_yscale("log")
+    ax.set_ylabel("env steps/s (steady state)")
+    ax.legend(fontsize=8)
+    device = runs[0].get("machine", {}).get("gpu") or runs[0].get("machine", {}).get("cpu")
+    ax.set_title(f"turborl steps/s per path ({device})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_returns(runs: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted({(r["algo"], r["env_id"]) for r in runs if r["status"] == "ok"})
+    fig, axes = plt.subplots(len(tasks), 2, figsize=(10, 2.6 * len(tasks)), squeeze=False)
+    for row, task in zip(axes, tasks, strict=True):
+        for r in runs:
+            if (r["algo"], r["env_id"]) != task or r["status"] != "ok" or not r["curve"]["steps"]:
+                continue
+            label = f"{r['path']} s{r['seed']}"
+            row[0].plot(r["curve"]["steps"], r["curve"]["returns"], label=label, lw=1)
+            row[1].plot(r["curve"]["seconds"], r["curve"]["returns"], label=label, lw=1)
+        for ax, xlabel in zip(row, ("env steps", "wall seconds"), strict=True):
+            ax.set_title(f"{task[0]} {task[1]}", fontsize=9)
+            ax.set_xlabel(xlabel, fontsize=8)
+            ax.set_ylabel("episodic return", fontsize=8)
+        row[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def report(args: Args) -> str:
+    suites = sorted(d for d in os.listdir(args.results) if glob.glob(os.path.join(args.results, d, "*.json")))
+    if not suites:
+        raise SystemExit(f"error: no results under {args.results}; run python scripts/benchmark.py first")
+    out = ["# turborl benchmark results", "",
+           "Generated by `python scripts/report.py` from the JSON files in each folder below (one per run, written by",
+           "`python scripts/benchmark.py`). Steps/s is the median of the steady-state windows (after compile and",
+           "capture); `floor` is the time of the fastest path's hot functions replayed alone, without a simulator.", ""]
+    speed_block = None
+    for suite in suites:
+        runs = load(os.path.join(args.results, suite))
+        out += [f"## {suite}", ""]
+        if any(r["suite"] == "learning" for r in runs):
+            out += learning_table(runs)
+        else:
+            table = speed_table(runs)
+            out += table
+            speed_block = speed_block or (suite, table)
+        out += failures(runs) + machines(runs)
+        if args.plots:
+            plot_speed(runs, os.path.join(args.results, f"{suite}_speed.png"))
+            plot_returns(runs, os.path.join(args.results, f"{suite}_returns.png"))
+            out += ["", f"![steps/s per path]({suite}_speed.png)", "", f"![returns]({suite}_returns.png)"]
+        out.append("")
+    text = "\n".join(out)
+    with open(os.path.join(args.results, "README.md"), "w") as f:
+        f.write(text)
+    if args.readme and speed_block and os.path.exists(args.readme):
+        update_readme(args.readme, args.results, *speed_block)
+    return text
+
+
+def update_readme(readme: str, results: str, suite: str, table: list[str]) -> None:
+    """Replace the block between the speed-table markers with the table and its plot."""
+    with open(readme) as f:
+        text = f.read()
+    if README_START not in text or README_END not in text:
+        return
+    rel = os.path.relpath(os.path.join(results, f"{suite}_speed.png"), os.path.dirname(os.path.abspath(readme)))
+    block = "\n".join([README_START, *table, "", f"![steps/s per path]({rel})", README_END])
+    start, end = text.index(README_START), text.index(README_END) + len(README_END)
+    with open(readme, "w") as f:
+        f.write(text[:start] + block + text[end:])
+
+
+if __name__ == "__main__":
+    import tyro
+
+    cli_args = tyro.cli(Args, description=__doc__.split("\n\n")[0])
+    report(cli_args)
+    print(f"wrote {os.path.join(cli_args.results, 'README.md')} and its plots")

@@ -1,0 +1,59 @@
+"""Benchmark records (ok and failed) and the report built from them."""
+
+import json
+import os
+
+from scripts import benchmark, report
+
+
+def test_benchmark_records_a_real_run_and_a_failed_one(tmp_path):
+    benchmark.main(benchmark.Args(algos=["dqn"], paths=["eager"], scale=0.02, out=str(tmp_path)))
+    with open(tmp_path / "dqn__CartPole-v1__eager__s1.json") as f:
+        ok = json.load(f)
+    assert ok["status"] == "ok" and ok["steady_sps"] > 0 and ok["steps"] == 1000
+    assert ok["command"].startswith("python algos/dqn.py --env-id CartPole-v1")
+    assert ok["machine"]["torch"] and ok["machine"]["device"] == ("cuda" if ok["machine"]["gpu"] else "cpu")
+    assert len(ok["curve"]["returns"]) == ok["episodes"] > 0
+
+    failed = benchmark.run_one(benchmark.Task("dqn", "NoSuchEnv-v0", 1000, 1000), "eager", 1, 1.0, False, 60)
+    assert failed["status"] == "failed" and "unknown env id" in failed["error"]
+
+
+def sample_run(algo, env_id, path, sps, status="ok", suite="speed", seed=1, final_return=100.0):
+    run = {"algo": algo, "env_id": env_id, "path": path, "seed": seed, "steps": 1000, "status": status,
+           "suite": suite, "command": f"python algos/{algo}.py", "date": "2026-01-01T00:00:00+00:00",
+           "machine": {"gpu": "Test GPU", "cpu": "Test CPU", "torch": "2.x", "tensordict": "0.15",
+                       "gymnasium": "1.x", "mujoco": None, "git_commit": "abcdef0123", "git_dirty": False}}
+    if status == "ok":
+        run.update(steady_sps=sps, floor_us_per_step=50.0, startup_seconds=2.0, final_return=final_return,
+                   run_wall_seconds=10.0, curve={"steps": [500, 1000], "seconds": [5, 10], "returns": [10.0, 20.0]})
+    else:
+        run["error"] = "exit 1: boom"
+    return run
+
+
+def test_report_tables_speedups_failures_and_readme_block(tmp_path):
+    runs = {"speed": [sample_run("td3", "HalfCheetah-v5", "eager", 100.0),
+                      sample_run("td3", "HalfCheetah-v5", "compile+cudagraphs", 2500.0),
+                      sample_run("td3", "HalfCheetah-v5", "compile", None, status="failed")],
+            "learning": [sample_run("dqn", "CartPole-v1", "compile+cudagraphs", 9000.0, suite="learning", seed=s,
+                                    final_return=r) for s, r in ((1, 480.0), (2, 500.0))]}
+    results = tmp_path / "results"
+    for suite, records in runs.items():
+        os.makedirs(results / suite)
+        for i, record in enumerate(records):
+            with open(results / suite / f"{i}.json", "w") as f:
+                json.dump(record, f)
+    readme = tmp_path / "project" / "README.md"
+    readme.parent.mkdir()
+    readme.write_text(f"intro\n{report.README_START}\nold\n{report.README_END}\nrest\n")
+
+    text = report.report(report.Args(results=str(results), readme=str(readme)))
+
+    assert "| td3 | HalfCheetah-v5 | 100 | failed | – | 2,500 | 25.0x (compile+cudagraphs) | 400 (50) | 2.0 |" in text
+    assert "exit 1: boom" in text and "Test GPU" in text and "abcdef0" in text
+    assert "| dqn | CartPole-v1 | compile+cudagraphs | 1,000 | 2 | 490.0 ± 10.0 | 488.7 | 10 |" in text
+    assert (results / "speed_speed.png").stat().st_size > 1000 and (results / "learning_returns.png").exists()
+    new = readme.read_text()
+    assert "old" not in new and "25.0x" in new and new.startswith("intro") and new.endswith("rest\n")
+    assert "../results/speed_speed.png" in new
