@@ -22,15 +22,22 @@ def make_env(
     capture_video: bool = False,
     video_dir: str | None = None,
     asynchronous: bool = False,
+    backend: str = "gymnasium",
+    device: str | None = None,
 ) -> gym.vector.VectorEnv:
     """A seeded gymnasium vector env that records episode returns.
 
     Autoreset is SAME_STEP: a step that ends an episode returns the first observation of the next one and
     puts the last observation of the finished one in `info["final_obs"]` (see `final_observations`), so no
-    stored transition ever crosses an episode boundary.
+    stored transition ever crosses an episode boundary. `backend="torch"`: the torch implementation of a
+    classic-control env (common/torch_envs.py) on `device`, taking and returning tensors there.
     """
     if num_envs < 1:
         raise UserError(f"--num-envs must be >= 1 (got {num_envs})")
+    if backend == "torch":
+        return _torch_env(env_id, num_envs, seed, action, algo, device)
+    if backend != "gymnasium":
+        raise UserError(f"--env-backend must be gymnasium or torch (got {backend!r})")
     mode = gym.vector.AutoresetMode.SAME_STEP
     spec = _spec(env_id)
 
@@ -49,6 +56,24 @@ def make_env(
         envs = vector_cls([thunk(i) for i in range(num_envs)], autoreset_mode=mode)
     except gym.error.DependencyNotInstalled as err:
         raise _missing_extra(env_id, err) from None
+    _check_action_space(envs, env_id, action, algo)
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    envs.action_space.seed(seed)
+    envs.observation_space.seed(seed)
+    return envs
+
+
+def _torch_env(env_id, num_envs, seed, action, algo, device):
+    from common.torch_envs import TORCH_ENVS
+
+    if env_id not in TORCH_ENVS:
+        raise UserError(f"--env-backend torch has no {env_id}; it has {', '.join(TORCH_ENVS)}")
+    envs = TORCH_ENVS[env_id](env_id, num_envs, device or "cpu", seed)
+    _check_action_space(envs, env_id, action, algo)
+    return envs
+
+
+def _check_action_space(envs, env_id: str, action: ActionKind, algo: str) -> None:
     space = envs.single_action_space
     if action == "discrete" and not isinstance(space, gym.spaces.Discrete):
         envs.close()
@@ -58,10 +83,6 @@ def make_env(
         raise UserError(
             f"{algo} needs a continuous (Box) action space but {env_id} has {space}; pick e.g. Pendulum-v1"
         )
-    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
-    envs.action_space.seed(seed)
-    envs.observation_space.seed(seed)
-    return envs
 
 
 def action_space(env_id: str) -> gym.Space:
