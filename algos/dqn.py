@@ -17,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from common import (
+    DeviceLink,
     HostLink,
     RunArgs,
     RunLogger,
@@ -102,7 +103,8 @@ def main(args: Args) -> dict:
     cudagraphs = resolve_cudagraphs(args.cudagraphs, device)
     seed_everything(args.seed)
     envs = make_env(args.env_id, args.num_envs, args.seed, action="discrete", algo="DQN",
-                    capture_video=args.capture_video, video_dir=os.path.join(args.runs_dir, "videos"))
+                    capture_video=args.capture_video, video_dir=os.path.join(args.runs_dir, "videos"),
+                    backend=args.env_backend, device=str(device))
     logger = RunLogger(args, "dqn", args.total_timesteps, run_root=args.runs_dir)
     n_envs, obs_dim = args.num_envs, envs.single_observation_space.shape[0]
     n_actions = int(envs.single_action_space.n)
@@ -170,7 +172,8 @@ def main(args: Args) -> dict:
     update = accelerate(update, compile=args.compile, cudagraphs=cudagraphs, device=device)
     online_params, target_params = list(q_network.parameters()), list(target_network.parameters())
 
-    link = HostLink(n_envs, obs_dim, (), torch.long, device)
+    link = (DeviceLink(n_envs, obs_dim, device) if args.env_backend == "torch"
+            else HostLink(n_envs, obs_dim, (), torch.long, device))
     obs, _ = envs.reset(seed=args.seed)
     link.first(obs)
     num_iterations = -(-args.total_timesteps // n_envs)

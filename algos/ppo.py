@@ -11,6 +11,7 @@ minibatch, with the learning rate annealed through a device tensor.
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 from common import (
+    DeviceLink,
     HostLink,
     RunArgs,
     RunLogger,
@@ -80,6 +82,8 @@ class Args(RunArgs):
     """normalize observations and rewards with running statistics (default: off discrete, on continuous)"""
     async_envs: bool | None = None
     """step envs in subprocesses (default: on when there are several envs of a costly simulator)"""
+    stop_at_return: float | None = None
+    """stop once the mean return of the last 100 episodes reaches this (time-to-solve benchmarks)"""
 
 
 DISCRETE_DEFAULTS = dict(total_timesteps=500_000, learning_rate=2.5e-4, num_envs=4, num_steps=128,
@@ -202,7 +206,8 @@ def main(args: Args) -> dict:
     cudagraphs = resolve_cudagraphs(args.cudagraphs, device)
     seed_everything(args.seed)
     envs = make_env(args.env_id, args.num_envs, args.seed, algo="PPO", capture_video=args.capture_video,
-                    video_dir=os.path.join(args.runs_dir, "videos"), asynchronous=args.async_envs)
+                    video_dir=os.path.join(args.runs_dir, "videos"), asynchronous=args.async_envs,
+                    backend=args.env_backend, device=str(device))
     obs_space = envs.single_observation_space
     check(isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1,
           f"PPO here takes flat Box observations but {args.env_id} has {obs_space}; pick e.g. CartPole-v1")
@@ -337,10 +342,16 @@ def main(args: Args) -> dict:
     def path(fn):
         return accelerate(fn, compile=args.compile, cudagraphs=cudagraphs, device=device)
 
-    act_first = path(lambda step_in: act(step_in, record_previous=False))  # the previous reward went to finish
-    act_next = path(lambda step_in: act(step_in, record_previous=True))
-    finish = path(finish)
-    update = accelerate(update, compile=False, cudagraphs=cudagraphs, device=device, compiled_inside=args.compile)
+    # With envs on the device (--env-backend torch) a whole iteration (rollout, GAE, every epoch of updates) is
+    # one function: its parts are compiled and the function calling them is captured whole, one replay per
+    # iteration. With CPU envs each part is captured on its own and the loop steps the envs in between.
+    on_device = args.env_backend == "torch"
+    part = (lambda fn: compiled(fn, args.compile)) if on_device else path
+    act_first = part(lambda step_in: act(step_in, record_previous=False))  # the previous reward went to finish
+    act_next = part(lambda step_in: act(step_in, record_previous=True))
+    finish = part(finish)
+    if not on_device:
+        update = accelerate(update, compile=False, cudagraphs=cudagraphs, device=device, compiled_inside=args.compile)
 
     def train_on_rollout() -> dict:
         stats = {}
@@ -349,30 +360,77 @@ def main(args: Args) -> dict:
                 stats = update(permutations[epoch, start : start + minibatch_size])
         return stats
 
-    link = HostLink(n_envs, obs_dim, action_shape, torch.long if discrete else torch.float32, device)
+    if on_device:
+        link = DeviceLink(n_envs, obs_dim, device)
+        # Finished episodes go to a device ring (slot `ring` is a sink for envs whose episode goes on), read
+        # once per iteration: stepping never waits for the host.
+        ring = max(100, n_envs)
+        ring_returns, ring_lengths = torch.zeros(ring + 1, device=device), torch.zeros(ring + 1, device=device)
+        episodes_done = torch.zeros((), dtype=torch.long, device=device)
+
+        def env_step(action: torch.Tensor) -> None:
+            next_obs, env_rewards, terminations, truncations, infos = envs.step(action)
+            link.put(env_rewards, terminations.float(), truncations.float(), infos["final_obs"], next_obs)
+            ended = infos["_episode"]
+            slots = torch.where(ended, (episodes_done + ended.long().cumsum(0) - 1) % ring, ring)
+            ring_returns.scatter_(0, slots, infos["episode"]["r"].float())
+            ring_lengths.scatter_(0, slots, infos["episode"]["l"].float())
+            episodes_done.add_(ended.sum())
+
+        def whole_iteration() -> dict:
+            env_step(act_first(link.send()))
+            for _ in range(num_steps - 1):
+                env_step(act_next(link.send()))
+            finish(link.send())
+            return train_on_rollout()
+
+        whole_iteration = accelerate(whole_iteration, compile=False, cudagraphs=cudagraphs, device=device,
+                                     compiled_inside=args.compile)
+    else:
+        link = HostLink(n_envs, obs_dim, action_shape, torch.long if discrete else torch.float32, device)
+
+    recent_returns: collections.deque = collections.deque(maxlen=100)
     obs, _ = envs.reset(seed=args.seed)
     link.first(obs)
     num_iterations = args.total_timesteps // batch_size
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
-    global_step, completed = 0, False
+    global_step, episodes_seen, completed = 0, 0, False
     try:
         for iteration in range(num_iterations):
             if args.anneal_lr:
                 lr.fill_(args.learning_rate * (1 - iteration / num_iterations))
-            for step in range(num_steps):
-                link.fetch((act_next if step else act_first)(link.send()))
-                next_obs, env_rewards, terminations, truncations, infos = envs.step(link.wait())
-                global_step += n_envs
-                link.put(env_rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
-                for episodic_return, length in finished_episodes(infos):
-                    logger.episode(global_step, episodic_return, length)
+            if on_device:
+                stats = whole_iteration()
+                global_step += batch_size
+                total = int(episodes_done)  # the one read of the device per iteration
+                new = min(total - episodes_seen, ring)
+                slots = torch.arange(total - new, total, device=device) % ring
+                for episodic_return, length in zip(ring_returns[slots].tolist(), ring_lengths[slots].tolist(),
+                                                   strict=True):
+                    logger.episode(global_step, episodic_return, int(length))
+                    recent_returns.append(episodic_return)
+                episodes_seen = total
                 logger.progress(global_step)
-            finish(link.send())
-            stats = train_on_rollout()
+            else:
+                for step in range(num_steps):
+                    link.fetch((act_next if step else act_first)(link.send()))
+                    next_obs, env_rewards, terminations, truncations, infos = envs.step(link.wait())
+                    global_step += n_envs
+                    link.put(env_rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
+                    for episodic_return, length in finished_episodes(infos):
+                        logger.episode(global_step, episodic_return, length)
+                        recent_returns.append(episodic_return)
+                    logger.progress(global_step)
+                finish(link.send())
+                stats = train_on_rollout()
             if iteration == 3:  # every hot function compiled and captured
                 logger.mark_steady(global_step)
             if iteration % log_interval == 0:
                 logger.log(global_step, learning_rate=lr.item(), **{k: v.item() for k, v in stats.items()})
+            if (args.stop_at_return is not None and len(recent_returns) == recent_returns.maxlen
+                    and sum(recent_returns) / len(recent_returns) >= args.stop_at_return):
+                logger.log(global_step, solved_seconds=logger.elapsed())
+                break
         completed = True
     finally:
         envs.close()
@@ -383,6 +441,9 @@ def main(args: Args) -> dict:
         extra = {}
         if completed and args.measure_floor and logger.steady_step is not None:
             def iteration_on_device(_):
+                if on_device:  # the env steps are on the device too: the floor is the whole iteration's replay
+                    whole_iteration()
+                    return
                 act_first(link.dev_in)
                 for _ in range(num_steps - 1):
                     act_next(link.dev_in)

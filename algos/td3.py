@@ -20,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from common import (
+    DeviceLink,
     HostLink,
     RunArgs,
     RunLogger,
@@ -119,7 +120,8 @@ def main(args: Args) -> dict:
     cudagraphs = resolve_cudagraphs(args.cudagraphs, device)
     seed_everything(args.seed)
     envs = make_env(args.env_id, args.num_envs, args.seed, action="continuous", algo="TD3",
-                    capture_video=args.capture_video, video_dir=os.path.join(args.runs_dir, "videos"))
+                    capture_video=args.capture_video, video_dir=os.path.join(args.runs_dir, "videos"),
+                    backend=args.env_backend, device=str(device))
     logger = RunLogger(args, "td3", args.total_timesteps, run_root=args.runs_dir)
     n_envs = args.num_envs
     obs_dim, action_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
@@ -217,7 +219,8 @@ def main(args: Args) -> dict:
     update_critics = path(lambda: update(update_actor=False))
     update_all = path(lambda: update(update_actor=True))
 
-    link = HostLink(n_envs, obs_dim, (action_dim,), torch.float32, device)
+    link = (DeviceLink(n_envs, obs_dim, device) if args.env_backend == "torch"
+            else HostLink(n_envs, obs_dim, (action_dim,), torch.float32, device))
     obs, _ = envs.reset(seed=args.seed)
     link.first(obs)
     num_iterations = -(-args.total_timesteps // n_envs)

@@ -3,6 +3,7 @@
 from common.envs import action_space, final_observations, finished_episodes, is_cheap, make_env
 from common.logger import RunLogger
 from common.run import (
+    DeviceLink,
     HostLink,
     RunArgs,
     StartupClock,
@@ -19,6 +20,7 @@ from common.run import (
 )
 
 __all__ = [
+    "DeviceLink",
     "HostLink",
     "RunArgs",
     "RunLogger",

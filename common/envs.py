@@ -120,6 +120,8 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
     an episode that just ended (same-step autoreset already replaced it with the next episode's first)."""
     if "_final_obs" not in infos:
         return next_obs
+    if not isinstance(next_obs, np.ndarray):  # torch envs: final_obs already holds what every env reached
+        return infos["final_obs"]
     real = next_obs.copy()
     for i in np.flatnonzero(infos["_final_obs"]):
         real[i] = infos["final_obs"][i]
@@ -131,4 +133,7 @@ def finished_episodes(infos: dict) -> list[tuple[float, int]]:
     if "_episode" not in infos:
         return []
     ep = infos["episode"]
+    if not isinstance(infos["_episode"], np.ndarray):  # torch envs: one read of the device per step
+        ended = infos["_episode"].nonzero().flatten()
+        return list(zip(ep["r"][ended].tolist(), ep["l"][ended].tolist(), strict=True))
     return [(float(ep["r"][i]), int(ep["l"][i])) for i in np.flatnonzero(infos["_episode"])]

@@ -43,6 +43,8 @@ class RunArgs:
     """record videos of the first env into the run folder's videos/"""
     runs_dir: str = "runs"
     """where run folders are created"""
+    env_backend: str = "gymnasium"
+    """gymnasium (CPU simulators) or torch (classic control on the device: common/torch_envs.py)"""
     measure_floor: bool = False
     """after training, time the hot functions alone back to back (the GPU floor of a step; for benchmarks)"""
 
@@ -223,6 +225,34 @@ class HostLink:
         if self.event is not None:
             self.event.synchronize()
         return self.np_out
+
+
+class DeviceLink:
+    """HostLink's interface for envs that live on the device (`--env-backend torch`): the env's answer is
+    written into the same `[valid, reward, terminated, truncated, reached obs, next obs]` layout on the device
+    and the action stays there; nothing crosses to the host."""
+
+    def __init__(self, n_envs: int, obs_dim: int, device: torch.device):
+        self.obs_dim = obs_dim
+        self.dev_in = torch.zeros((n_envs, 4 + 2 * obs_dim), device=device)
+        self.action = None
+
+    def first(self, obs: torch.Tensor) -> None:
+        self.dev_in.zero_()
+        self.dev_in[:, 4 + self.obs_dim :] = obs
+
+    def put(self, rewards, terminations, truncations, reached_obs, next_obs) -> None:
+        columns = [torch.ones_like(rewards), rewards, terminations, truncations]
+        self.dev_in.copy_(torch.cat([torch.stack(columns, 1).to(self.dev_in.dtype), reached_obs, next_obs], 1))
+
+    def send(self) -> torch.Tensor:
+        return self.dev_in
+
+    def fetch(self, action: torch.Tensor) -> None:
+        self.action = action
+
+    def wait(self) -> torch.Tensor:
+        return self.action
 
 
 def save_checkpoint(path: str, state: dict) -> str:

@@ -1,5 +1,7 @@
 """Torch classic-control envs against gymnasium's own: step for step from identical states and actions."""
 
+import glob
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -7,6 +9,7 @@ import torch
 
 from common import UserError, make_env
 from common.torch_envs import TORCH_ENVS
+from tests.helpers import metric, run_script
 
 # States well beyond what resets produce, so that terminations, clipping and wrapping all happen.
 WIDE_STATES = {
@@ -94,3 +97,42 @@ def test_autoreset_happens_on_device_and_reports_the_final_observation():
 def test_torch_backend_rejects_envs_it_does_not_have():
     with pytest.raises(UserError, match="HalfCheetah-v5.*CartPole-v1"):
         make_env("HalfCheetah-v5", 2, seed=0, backend="torch")
+
+
+# --- the algorithms on torch envs -------------------------------------------------------------------------
+
+
+def test_ppo_learns_cartpole_on_torch_envs_in_one_function_per_iteration(tmp_path):
+    result = run_script("ppo", "--env-backend", "torch", "--total-timesteps", "60000", "--runs-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    [run_dir] = glob.glob(str(tmp_path / "CartPole-v1__ppo__1__*"))
+    returns = metric(run_dir, "episodic_return")
+    assert np.mean(returns[-20:]) >= 195, returns[-20:]
+
+
+def test_ppo_on_torch_envs_eager_and_compile_give_the_same_first_updates(tmp_path):
+    from algos import ppo
+
+    losses = {}
+    for compile in (False, True):
+        torch._dynamo.reset()
+        args = ppo.Args(env_backend="torch", num_envs=8, num_steps=16, total_timesteps=8 * 16 * 3, log_every=1,
+                        cuda=False, compile=compile, runs_dir=str(tmp_path / str(compile)))
+        run_dir = ppo.main(args)["run_dir"]
+        losses[compile] = [metric(run_dir, name) for name in ("policy_loss", "value_loss", "approx_kl")]
+    assert len(losses[False][0]) == 3
+    torch.testing.assert_close(losses[True], losses[False], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("script, flags", [
+    ("dqn", ["--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency", "1"]),
+    ("td3", ["--env-id", "Pendulum-v1", "--total-timesteps", "450", "--learning-starts", "300"]),
+    ("sac", ["--env-id", "Pendulum-v1", "--total-timesteps", "450", "--learning-starts", "300"]),
+])
+def test_off_policy_scripts_run_on_torch_envs(tmp_path, script, flags):
+    result = run_script(script, "--env-backend", "torch", *flags, "--log-every", "10", "--runs-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    [run_dir] = glob.glob(str(tmp_path / f"*__{script}__1__*"))
+    returns = metric(run_dir, "episodic_return")
+    assert len(returns) >= 2 and all(np.isfinite(returns))
+    assert len(metric(run_dir, "td_loss" if script == "dqn" else "qf_loss")) >= 10
