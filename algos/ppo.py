@@ -25,6 +25,7 @@ from common import (
     HostLink,
     RunArgs,
     RunLogger,
+    SilentLogger,
     accelerate,
     action_space,
     check,
@@ -33,6 +34,7 @@ from common import (
     final_observations,
     finished_episodes,
     floor_us,
+    init_distributed,
     is_cheap,
     make_env,
     pick_device,
@@ -175,6 +177,25 @@ def reverse_scan(x: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
     return y
 
 
+def mean_over_ranks(returns) -> float:
+    """Mean of every rank's recent episode returns (a collective: every rank calls it at the same point)."""
+    totals = torch.tensor([float(sum(returns)), float(len(returns))], dtype=torch.float64)
+    if torch.distributed.get_backend() == "nccl":
+        totals = totals.cuda()
+    torch.distributed.all_reduce(totals)
+    return (totals[0] / totals[1]).item() if totals[1] > 0 else float("nan")
+
+
+def rank_param_max_diff(params) -> float:
+    """Largest difference between this rank's parameters and rank 0's, over all ranks (0: in sync)."""
+    flat = torch.cat([p.detach().flatten() for p in params])
+    reference = flat.clone()
+    torch.distributed.broadcast(reference, 0)
+    diff = (flat - reference).abs().max()
+    torch.distributed.all_reduce(diff, op=torch.distributed.ReduceOp.MAX)
+    return diff.item()
+
+
 def resolve_defaults(args: Args) -> bool:
     """Fill the defaults chosen by the action space, check every value; returns whether actions are discrete."""
     space = action_space(args.env_id)
@@ -202,16 +223,18 @@ def resolve_defaults(args: Args) -> bool:
 
 def main(args: Args) -> dict:
     discrete = resolve_defaults(args)
-    device = pick_device(args.cuda)
+    # Under torchrun every rank runs its own envs and rollout; gradients are averaged before each step.
+    rank, world, rank_device = init_distributed(args.cuda)
+    device = rank_device or pick_device(args.cuda)
     cudagraphs = resolve_cudagraphs(args.cudagraphs, device)
-    seed_everything(args.seed)
-    envs = make_env(args.env_id, args.num_envs, args.seed, algo="PPO", capture_video=args.capture_video,
+    seed_everything(args.seed + rank)
+    envs = make_env(args.env_id, args.num_envs, args.seed + rank, algo="PPO", capture_video=args.capture_video,
                     video_dir=os.path.join(args.runs_dir, "videos"), asynchronous=args.async_envs,
                     backend=args.env_backend, device=str(device))
     obs_space = envs.single_observation_space
     check(isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1,
           f"PPO here takes flat Box observations but {args.env_id} has {obs_space}; pick e.g. CartPole-v1")
-    logger = RunLogger(args, "ppo", args.total_timesteps, run_root=args.runs_dir)
+    logger = RunLogger(args, "ppo", args.total_timesteps, run_root=args.runs_dir) if rank == 0 else SilentLogger(args)
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, obs_space.shape[0]
     batch_size = n_envs * num_steps
     minibatch_size = batch_size // args.num_minibatches
@@ -220,6 +243,9 @@ def main(args: Args) -> dict:
     n_out = int(space.n) if discrete else space.shape[0]
 
     agent = Agent(obs_dim, n_out, discrete).to(device)
+    if world > 1:  # every rank starts from rank 0's parameters
+        for p in agent.parameters():
+            torch.distributed.broadcast(p.data, 0)
     # The learning rate is a device tensor: annealing it in place is seen by captured graphs. Without compile,
     # capturable Adam (CUDA) reads it on device; with compile the compiled step does.
     lr = torch.tensor(args.learning_rate, device=device)
@@ -332,10 +358,21 @@ def main(args: Args) -> dict:
     # compiled code (torch 2.11 fails on compiled functions that call backward). `update` is captured whole.
     ppo_loss, clip_and_step = compiled(ppo_loss, args.compile), compiled(clip_and_step, args.compile)
 
+    params = list(agent.parameters())
+
+    def average_gradients():
+        """One all-reduce of every gradient (with NCCL it is captured in the update's graph)."""
+        flat = torch.cat([p.grad.flatten() for p in params])
+        torch.distributed.all_reduce(flat)
+        averaged = flat.div_(world).split([p.numel() for p in params])
+        torch._foreach_copy_([p.grad for p in params], [g.view_as(p) for g, p in zip(averaged, params, strict=True)])
+
     def update(mb: torch.Tensor) -> dict:
         optimizer.zero_grad()
         loss, stats = ppo_loss(mb)
         loss.backward()
+        if world > 1:
+            average_gradients()
         clip_and_step()
         return stats
 
@@ -392,7 +429,7 @@ def main(args: Args) -> dict:
     recent_returns: collections.deque = collections.deque(maxlen=100)
     obs, _ = envs.reset(seed=args.seed)
     link.first(obs)
-    num_iterations = args.total_timesteps // batch_size
+    num_iterations = args.total_timesteps // (batch_size * world)  # the budget counts every rank's steps
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
     global_step, episodes_seen, completed = 0, 0, False
     try:
@@ -401,7 +438,7 @@ def main(args: Args) -> dict:
                 lr.fill_(args.learning_rate * (1 - iteration / num_iterations))
             if on_device:
                 stats = whole_iteration()
-                global_step += batch_size
+                global_step += batch_size * world
                 total = int(episodes_done)  # the one read of the device per iteration
                 new = min(total - episodes_seen, ring)
                 slots = torch.arange(total - new, total, device=device) % ring
@@ -415,7 +452,7 @@ def main(args: Args) -> dict:
                 for step in range(num_steps):
                     link.fetch((act_next if step else act_first)(link.send()))
                     next_obs, env_rewards, terminations, truncations, infos = envs.step(link.wait())
-                    global_step += n_envs
+                    global_step += n_envs * world
                     link.put(env_rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
                     for episodic_return, length in finished_episodes(infos):
                         logger.episode(global_step, episodic_return, length)
@@ -425,16 +462,19 @@ def main(args: Args) -> dict:
                 stats = train_on_rollout()
             if iteration == 3:  # every hot function compiled and captured
                 logger.mark_steady(global_step)
+            mean_recent = mean_over_ranks(recent_returns) if world > 1 else (
+                sum(recent_returns) / len(recent_returns) if recent_returns else float("nan"))
             if iteration % log_interval == 0:
-                logger.log(global_step, learning_rate=lr.item(), **{k: v.item() for k, v in stats.items()})
+                logger.log(global_step, learning_rate=lr.item(), **{k: v.item() for k, v in stats.items()},
+                           **({"mean_return_all_ranks": mean_recent} if world > 1 else {}))
             if (args.stop_at_return is not None and len(recent_returns) == recent_returns.maxlen
-                    and sum(recent_returns) / len(recent_returns) >= args.stop_at_return):
+                    and mean_recent >= args.stop_at_return):  # the same decision on every rank
                 logger.log(global_step, solved_seconds=logger.elapsed())
                 break
         completed = True
     finally:
         envs.close()
-        if args.save_model:
+        if args.save_model and rank == 0:
             save_checkpoint(os.path.join(logger.dir, "ppo.pt"), {
                 "agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "args": logger.args,
                 "obs_rms": obs_rms.state(), "return_rms": return_rms.state(), "global_step": global_step})
@@ -451,6 +491,9 @@ def main(args: Args) -> dict:
                 train_on_rollout()
 
             extra["floor_us"] = floor_us(iteration_on_device, device, calls=3) / batch_size
+        if completed and world > 1:
+            extra["rank_param_max_diff"] = rank_param_max_diff(params)
+            torch.distributed.destroy_process_group()
         summary = logger.close(run_dir=logger.dir, **extra)
     return summary
 

@@ -1,7 +1,7 @@
 """turborl's shared plumbing: envs, the path switch, logging. Algorithms live in algos/, one file each."""
 
 from common.envs import action_space, final_observations, finished_episodes, is_cheap, make_env
-from common.logger import RunLogger
+from common.logger import RunLogger, SilentLogger
 from common.run import (
     DeviceLink,
     HostLink,
@@ -13,6 +13,7 @@ from common.run import (
     cli,
     compiled,
     floor_us,
+    init_distributed,
     pick_device,
     resolve_cudagraphs,
     save_checkpoint,
@@ -24,6 +25,7 @@ __all__ = [
     "HostLink",
     "RunArgs",
     "RunLogger",
+    "SilentLogger",
     "StartupClock",
     "UserError",
     "accelerate",
@@ -34,6 +36,7 @@ __all__ = [
     "final_observations",
     "finished_episodes",
     "floor_us",
+    "init_distributed",
     "is_cheap",
     "make_env",
     "pick_device",

@@ -154,3 +154,28 @@ class RunLogger:
             file=sys.stderr,
         )
         return summary
+
+
+class SilentLogger:
+    """RunLogger's interface for the ranks other than 0 of a distributed run: only rank 0 logs and saves."""
+
+    def __init__(self, args):
+        self.args, self.dir, self.steady_step, self.start = dataclasses.asdict(args), None, None, time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def mark_steady(self, step: int) -> None:
+        self.steady_step = step if self.steady_step is None else self.steady_step
+
+    def log(self, step: int, **metrics: float) -> None:
+        pass
+
+    def episode(self, step: int, episodic_return: float, length: int) -> None:
+        pass
+
+    def progress(self, step: int) -> None:
+        pass
+
+    def close(self, **extra) -> dict:
+        return {"run_dir": None, **extra}

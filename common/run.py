@@ -78,6 +78,22 @@ def pick_device(cuda: bool) -> torch.device:
     return torch.device("cpu")
 
 
+def init_distributed(cuda: bool) -> tuple[int, int, torch.device | None]:
+    """(rank, world size, this rank's device) when launched by torchrun (WORLD_SIZE > 1): joins the process
+    group, NCCL on GPUs (one per rank, by LOCAL_RANK) and gloo on CPU. (0, 1, None) otherwise."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1, None
+    import torch.distributed as dist
+
+    use_cuda = cuda and torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    return dist.get_rank(), world, device
+
+
 def seed_everything(seed: int, deterministic: bool = True) -> None:
     random.seed(seed)
     np.random.seed(seed)

@@ -43,6 +43,19 @@ class Task:
     """env steps of a run in eager and compile-only (slow: a shorter run still gives many steady windows)"""
     learning_starts: int | None = None
     """override of the script's --learning-starts (scaled with the steps)"""
+    variant: str = ""
+    """a name for a non-default setup (part of the JSON file name and the table's algo column)"""
+    flags: tuple[str, ...] = ()
+    """extra flags of that setup"""
+    cuda_only: bool = False
+    """skipped without CUDA (too big for a CPU run)"""
+
+    @property
+    def label(self) -> str:
+        return f"{self.algo}-{self.variant}" if self.variant else self.algo
+
+
+TORCH_ENVS_4096 = ("--env-backend", "torch", "--num-envs", "4096", "--num-steps", "128")
 
 
 # Speed: learning starts early so most of the run is steady-state training.
@@ -52,6 +65,9 @@ SPEED = [
     Task("sac", "HalfCheetah-v5", 25_000, 4_000, 2_000),
     Task("ppo", "CartPole-v1", 200_000, 50_000),
     Task("ppo", "HalfCheetah-v5", 61_440, 20_480),
+    # The whole PPO iteration as one graph on torch CartPole: 4096 envs x 128 steps per iteration.
+    Task("ppo", "CartPole-v1", 4096 * 128 * 24, 4096 * 128 * 6, variant="torch4096", flags=TORCH_ENVS_4096,
+         cuda_only=True),
 ]
 # Learning: each algorithm's default task and budget (CleanRL's), eager on a tenth of it.
 LEARNING = [
@@ -60,6 +76,9 @@ LEARNING = [
     Task("td3", "HalfCheetah-v5", 1_000_000, 100_000),
     Task("sac", "HalfCheetah-v5", 1_000_000, 100_000),
     Task("ppo", "HalfCheetah-v5", 1_000_000, 100_000),
+    # Time to solve (mean of the last 100 episodes >= 475), compile and capture included: torch CartPole, 4 envs.
+    Task("ppo", "CartPole-v1", 500_000, 500_000, variant="torch-solve",
+         flags=("--env-backend", "torch", "--stop-at-return", "475")),
 ]
 
 
@@ -121,6 +140,11 @@ def machine() -> dict:
     }
 
 
+def metric_values(metrics_csv: str, name: str) -> list[float]:
+    with open(metrics_csv) as f:
+        return [float(row["value"]) for row in csv.DictReader(f) if row["name"] == name]
+
+
 def return_curve(metrics_csv: str, max_points: int = 200) -> dict:
     """Episodic returns as (step, seconds, return), thinned to at most max_points, and the last 20 mean."""
     rows = []
@@ -138,13 +162,13 @@ def run_one(task: Task, path: str, seed: int, scale: float, measure_floor: bool,
     runs_dir = tempfile.mkdtemp(prefix="turborl-bench-")
     steps = max(1000, int((task.steps if "cudagraphs" in path else task.eager_steps) * scale))
     user_command = [f"algos/{task.algo}.py", "--env-id", task.env_id, "--seed", str(seed),
-                    "--total-timesteps", str(steps), *PATH_FLAGS[path]]
+                    "--total-timesteps", str(steps), *PATH_FLAGS[path], *task.flags]
     if task.learning_starts is not None:
         user_command += ["--learning-starts", str(max(100, int(task.learning_starts * scale)))]
     if measure_floor:
         user_command.append("--measure-floor")
     command = [sys.executable, *user_command, "--runs-dir", runs_dir]
-    record = {"algo": task.algo, "env_id": task.env_id, "path": path, "seed": seed, "steps": steps,
+    record = {"algo": task.label, "env_id": task.env_id, "path": path, "seed": seed, "steps": steps,
               "command": shlex.join(["python", *user_command]),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     start = time.perf_counter()
@@ -175,17 +199,18 @@ def run_one(task: Task, path: str, seed: int, scale: float, measure_floor: bool,
         "floor_method": "hot functions of one env step called back to back after training, one synchronize "
                         "at the end (captured paths: GPU replay time alone)",
         "final_return": summary["mean_return_last20"],
+        "solved_seconds": (metric_values(os.path.join(run_dirs[0], "metrics.csv"), "solved_seconds") or [None])[-1],
         "episodes": summary["episodes"],
         "curve": return_curve(os.path.join(run_dirs[0], "metrics.csv")),
     }
 
 
-def plan(args: Args) -> list[tuple[Task, str, int]]:
+def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
     tasks = SPEED if args.suite == "speed" else LEARNING
     paths = args.paths if args.suite == "speed" else ["compile+cudagraphs", "eager"]
     runs = []
     for task in tasks:
-        if task.algo not in args.algos or (args.envs and task.env_id not in args.envs):
+        if task.algo not in args.algos or (args.envs and task.env_id not in args.envs) or (task.cuda_only and not cuda):
             continue
         for path in paths:
             for seed in args.seeds if (args.suite == "speed" or path != "eager") else args.seeds[:1]:
@@ -207,10 +232,10 @@ def main(args: Args) -> None:
     out = args.out or os.path.join(ROOT, "results", args.suite + ("" if cuda else "-cpu"))
     os.makedirs(out, exist_ok=True)
     info = machine()
-    runs = plan(args)
+    runs = plan(args, cuda)
     table = []
     for task, path, seed in tqdm(runs, desc=f"{args.suite} suite", unit="run"):
-        name = f"{task.algo}__{task.env_id}__{path}__s{seed}.json"
+        name = f"{task.label}__{task.env_id}__{path}__s{seed}.json"
         target = os.path.join(out, name)
         if not args.force and os.path.exists(target) and json.load(open(target)).get("status") == "ok":
             record = json.load(open(target))
