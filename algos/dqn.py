@@ -24,6 +24,7 @@ from common import (
     accelerate,
     check,
     cli,
+    export_policy,
     final_observations,
     finished_episodes,
     floor_us,
@@ -78,6 +79,17 @@ class QNetwork(nn.Module):
 
     def forward(self, x):
         return self.network(x)
+
+
+class GreedyPolicy(nn.Module):
+    """The exported policy: observation batch in, greedy action batch out."""
+
+    def __init__(self, q_network: QNetwork):
+        super().__init__()
+        self.q_network = q_network
+
+    def forward(self, obs):
+        return self.q_network(obs).argmax(dim=-1)
 
 
 def validate(args: Args) -> None:
@@ -207,6 +219,7 @@ def main(args: Args) -> dict:
             save_checkpoint(os.path.join(logger.dir, "dqn.pt"), {
                 "q_network": q_network.state_dict(), "optimizer": optimizer.state_dict(),
                 "args": logger.args, "global_step": global_step})
+            export_policy(GreedyPolicy(q_network), obs_dim, os.path.join(logger.dir, "dqn.pt2"))
         extra = {}
         if completed and args.measure_floor and logger.steady_step is not None:
             extra["floor_us"] = floor_us(  # one env step: an act, and an update every train-frequency steps

@@ -31,6 +31,7 @@ from common import (
     check,
     cli,
     compiled,
+    export_policy,
     final_observations,
     finished_episodes,
     floor_us,
@@ -143,6 +144,27 @@ class Agent(nn.Module):
     def gaussian_logp(self, mean, action):
         log_std = self.actor_logstd
         return (-0.5 * ((action - mean) / log_std.exp()).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+
+class DeterministicPolicy(nn.Module):
+    """The exported policy: raw observation batch in (normalized with the run's final statistics), the most
+    likely action out (argmax, or the Gaussian mean clipped to the action bounds)."""
+
+    def __init__(self, agent: Agent, obs_rms: RunningMeanStd | None, low=None, high=None):
+        super().__init__()
+        self.agent, self.normalize = agent, obs_rms is not None
+        if obs_rms is not None:
+            self.register_buffer("obs_mean", obs_rms.mean.clone())
+            self.register_buffer("obs_var", obs_rms.var.clone())
+        if low is not None:
+            self.register_buffer("low", torch.as_tensor(low, dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(high, dtype=torch.float32))
+
+    def forward(self, obs):
+        if self.normalize:
+            obs = ((obs - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp(-10, 10)
+        action = self.agent.deterministic(obs)
+        return action if self.agent.discrete else torch.max(torch.min(action, self.high), self.low)
 
 
 class RunningMeanStd:
@@ -478,6 +500,9 @@ def main(args: Args) -> dict:
             save_checkpoint(os.path.join(logger.dir, "ppo.pt"), {
                 "agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "args": logger.args,
                 "obs_rms": obs_rms.state(), "return_rms": return_rms.state(), "global_step": global_step})
+            policy = DeterministicPolicy(agent, obs_rms if args.normalize else None,
+                                         *((None, None) if discrete else (space.low, space.high)))
+            export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo.pt2"))
         extra = {}
         if completed and args.measure_floor and logger.steady_step is not None:
             def iteration_on_device(_):

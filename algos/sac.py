@@ -30,6 +30,7 @@ from common import (
     check,
     cli,
     compiled,
+    export_policy,
     final_observations,
     finished_episodes,
     floor_us,
@@ -117,6 +118,18 @@ class Actor(nn.Module):
         log_prob = log_prob - torch.log(self.action_scale * (1 - y.pow(2)) + 1e-6)
         return (y * self.action_scale + self.action_bias, log_prob.sum(1),
                 torch.tanh(mean) * self.action_scale + self.action_bias)
+
+
+class MeanPolicy(nn.Module):
+    """The exported policy: observation batch in, the squashed mean action out (no sampling)."""
+
+    def __init__(self, actor: Actor):
+        super().__init__()
+        self.actor = actor
+
+    def forward(self, obs):
+        mean, _ = self.actor(obs)
+        return torch.tanh(mean) * self.actor.action_scale + self.actor.action_bias
 
 
 def validate(args: Args) -> None:
@@ -299,6 +312,7 @@ def main(args: Args) -> dict:
                            "rewards": rb_rewards[:size].cpu(), "dones": rb_dones[:size].cpu(),
                            "next_obs": rb_next_obs[:size].cpu(), "ptr": int(rb_ptr)},
             })
+            export_policy(MeanPolicy(actor), obs_dim, os.path.join(logger.dir, "sac.pt2"))
         extra = {}
         if completed and args.measure_floor and logger.steady_step is not None:
             updates_in_turn = [update_all] + [update_critics] * (args.policy_frequency - 1)

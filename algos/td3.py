@@ -28,6 +28,7 @@ from common import (
     check,
     cli,
     compiled,
+    export_policy,
     final_observations,
     finished_episodes,
     floor_us,
@@ -257,6 +258,7 @@ def main(args: Args) -> dict:
                            "rewards": rb_rewards[:size].cpu(), "dones": rb_dones[:size].cpu(),
                            "next_obs": rb_next_obs[:size].cpu(), "ptr": int(rb_ptr)},
             })
+            export_policy(actor, obs_dim, os.path.join(logger.dir, "td3.pt2"))  # deterministic: no noise
         extra = {}
         if completed and args.measure_floor and logger.steady_step is not None:
             updates_in_turn = [update_all] + [update_critics] * (args.policy_frequency - 1)

@@ -112,6 +112,8 @@ def _spec(env_id: str):
 
 
 def _missing_extra(env_id: str, err: Exception) -> UserError:
+    if "moviepy" in str(err).lower():
+        return UserError("--capture-video needs moviepy: pip install -e '.[video]' (or drop --capture-video)")
     return UserError(f"{env_id} needs an extra package ({err}); install it: pip install -e '.[mujoco]'")
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import math
 import os
 import statistics
 import sys
 import time
 from collections import deque
 
-from common.run import StartupClock, UserError
+from common.run import StartupClock, TrainingStopped, UserError
 
 
 class RunLogger:
@@ -79,6 +80,10 @@ class RunLogger:
         self._csv_file.flush()
         if self._wandb is not None:
             self._wandb.log(metrics, step=step)
+        for name, value in metrics.items():
+            if name.endswith("loss") and not math.isfinite(value):
+                raise TrainingStopped(f"{name} became {value} at step {step}; lower the learning rate or check the "
+                                      f"rewards (metrics and, with --save-model, a checkpoint are in {self.dir})")
 
     def episode(self, step: int, episodic_return: float, length: int) -> None:
         self.returns.append(episodic_return)

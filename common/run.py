@@ -53,6 +53,10 @@ class UserError(Exception):
     """A mistake in the user's input: reported as one line, exit code 2, no traceback."""
 
 
+class TrainingStopped(Exception):
+    """The run stopped itself (a loss became NaN or infinite): metrics and checkpoint are kept; exit code 3."""
+
+
 def check(condition: bool, message: str) -> None:
     """Raise a UserError with `message` (which names the bad value and the fix) unless `condition`."""
     if not condition:
@@ -60,7 +64,8 @@ def check(condition: bool, message: str) -> None:
 
 
 def cli(main: Callable[[T], object], args_type: type[T], argv: list[str] | None = None) -> None:
-    """Parse `args_type` with tyro and run `main`; user errors print one line and exit 2."""
+    """Parse `args_type` with tyro and run `main`. One line and an exit code instead of a traceback for user
+    errors (2), a run that stopped itself on a non-finite loss (3) and Ctrl-C (130)."""
     import tyro
 
     args = tyro.cli(args_type, args=argv, description=(sys.modules[main.__module__].__doc__ or "").strip())
@@ -69,6 +74,13 @@ def cli(main: Callable[[T], object], args_type: type[T], argv: list[str] | None 
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    except TrainingStopped as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(3) from None
+    except KeyboardInterrupt:
+        print("interrupted: the run folder keeps the metrics (and, with --save-model, the checkpoint)",
+              file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 def pick_device(cuda: bool) -> torch.device:
@@ -269,6 +281,20 @@ class DeviceLink:
 
     def wait(self) -> torch.Tensor:
         return self.action
+
+
+def export_policy(policy: torch.nn.Module, obs_dim: int, path: str) -> str:
+    """Save a deterministic policy (observation batch in, action batch out) as a torch.export `.pt2`, on CPU;
+    `torch.export.load(path).module()` runs it without this project."""
+    import copy
+
+    module = copy.deepcopy(policy).cpu().eval()
+    batch = torch.export.Dim("batch", min=1)
+    with torch.no_grad():
+        program = torch.export.export(module, (torch.zeros(2, obs_dim),), dynamic_shapes=({0: batch},))
+    torch.export.save(program, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    return path
 
 
 def save_checkpoint(path: str, state: dict) -> str:

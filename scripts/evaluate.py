@@ -1,0 +1,101 @@
+"""Evaluate a trained policy: N episodes with its deterministic actions, mean ± std return, a JSON file.
+
+    python scripts/evaluate.py runs/CartPole-v1__ppo__1__1700000000/ppo.pt2 --episodes 10
+    python scripts/evaluate.py runs/CartPole-v1__ppo__1__1700000000/ppo.pt --capture-video
+
+A checkpoint (`.pt`) is evaluated through the policy that `--save-model` exported next to it (`.pt2`, a
+torch.export program: observation batch in, action batch out), so any algorithm's run evaluates the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import zipfile
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+import tyro
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import UserError, check, cli  # noqa: E402
+
+
+@dataclass
+class Args:
+    path: tyro.conf.Positional[str]
+    """the exported policy (.pt2) or the checkpoint (.pt) it was exported next to"""
+    env_id: str | None = None
+    """gymnasium id (default: the one in the run folder's args.json)"""
+    episodes: int = 10
+    """episodes to run"""
+    seed: int = 10_000
+    """seed of the first episode (episode i uses seed + i)"""
+    capture_video: bool = False
+    """record the episodes with gymnasium's RecordVideo into <run folder>/eval-videos"""
+    out: str | None = None
+    """JSON output (default: evaluation.json next to the policy)"""
+
+
+def main(args: Args) -> dict:
+    check(args.episodes >= 1, f"--episodes must be >= 1 (got {args.episodes})")
+    path = args.path[:-3] + ".pt2" if args.path.endswith(".pt") else args.path
+    check(os.path.exists(path), f"no exported policy at {path}: train with --save-model, which writes it")
+    folder = os.path.dirname(os.path.abspath(path))
+    env_id = args.env_id
+    if env_id is None:
+        config = os.path.join(folder, "args.json")
+        check(os.path.exists(config), f"no args.json next to {path}: pass --env-id")
+        with open(config) as f:
+            env_id = json.load(f)["env_id"]
+    corrupt = f"cannot load {path}: not an exported policy (truncated?); re-export it by training with --save-model"
+    check(zipfile.is_zipfile(path), corrupt)
+    try:
+        policy = torch.export.load(path).module()
+    except Exception:  # a foreign or damaged archive
+        raise UserError(corrupt) from None
+    try:
+        env = gym.make(env_id, render_mode="rgb_array" if args.capture_video else None)
+        if args.capture_video:
+            env = gym.wrappers.RecordVideo(env, os.path.join(folder, "eval-videos"), episode_trigger=lambda _: True,
+                                           disable_logger=True)
+    except gym.error.DependencyNotInstalled as err:
+        raise UserError(f"{env_id} or --capture-video needs an extra package: {err}") from None
+    except gym.error.Error as err:
+        raise UserError(f"cannot make {env_id!r} ({err}); pass a registered --env-id") from None
+    try:
+        returns, lengths = run_episodes(policy, env, args)
+    except gym.error.DependencyNotInstalled as err:  # rendering for --capture-video
+        raise UserError(f"--capture-video needs a renderer: {err} (or pip install -e '.[video]')") from None
+    env.close()
+    result = {"policy": path, "env_id": env_id, "episodes": args.episodes, "mean_return": float(np.mean(returns)),
+              "std_return": float(np.std(returns)), "returns": returns, "lengths": lengths}
+    out = args.out or os.path.join(folder, "evaluation.json")
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"{env_id}: return {result['mean_return']:.1f} ± {result['std_return']:.1f} over {args.episodes} "
+          f"episodes ({out})")
+    return result
+
+
+def run_episodes(policy, env, args: Args) -> tuple[list[float], list[int]]:
+    discrete = isinstance(env.action_space, gym.spaces.Discrete)
+    returns, lengths = [], []
+    for episode in range(args.episodes):
+        obs, _ = env.reset(seed=args.seed + episode)
+        done, total, length = False, 0.0, 0
+        while not done:
+            with torch.no_grad():
+                action = policy(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0))[0].numpy()
+            obs, reward, terminated, truncated, _ = env.step(int(action) if discrete else action)
+            total, length, done = total + float(reward), length + 1, terminated or truncated
+        returns.append(total)
+        lengths.append(length)
+    return returns, lengths
+
+
+if __name__ == "__main__":
+    cli(main, Args)

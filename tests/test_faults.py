@@ -1,0 +1,113 @@
+"""Faults and everyday use: NaN losses, Ctrl-C, exported policies, evaluation, tracking."""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from tests.helpers import ROOT, assert_user_error, metric, run_script
+
+
+def run_dir_of(tmp_path, pattern="*"):
+    [run_dir] = glob.glob(str(tmp_path / pattern))
+    return run_dir
+
+
+def test_nan_loss_stops_cleanly_and_keeps_metrics_and_checkpoint(tmp_path):
+    result = run_script("dqn", "--learning-rate", "inf", "--total-timesteps", "3000", "--learning-starts", "500",
+                        "--log-every", "1", "--save-model", "--runs-dir", str(tmp_path))
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and "error: td_loss became nan" in result.stderr
+    run_dir = run_dir_of(tmp_path)
+    assert os.path.exists(os.path.join(run_dir, "dqn.pt")) and os.path.exists(os.path.join(run_dir, "summary.json"))
+    assert len(metric(run_dir, "episodic_return")) > 5
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_metrics_and_checkpoint(tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "algos", "dqn.py"), "--total-timesteps", "10000000", "--save-model",
+         "--learning-starts", "500", "--runs-dir", str(tmp_path)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not glob.glob(str(tmp_path / "*" / "metrics.csv")):
+        time.sleep(0.5)
+    time.sleep(5)  # some episodes and updates
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    run_dir = run_dir_of(tmp_path)
+    checkpoint = torch.load(os.path.join(run_dir, "dqn.pt"), weights_only=False)
+    assert checkpoint["global_step"] > 500 and os.path.exists(os.path.join(run_dir, "summary.json"))
+
+
+def test_exported_policies_reproduce_the_scripts_deterministic_actions(tmp_path):
+    from algos.dqn import QNetwork
+    from algos.ppo import Agent
+
+    obs = torch.randn(64, 3) * 3
+    # PPO on a Box task: normalization statistics and action clipping are part of the exported policy.
+    result = run_script("ppo", "--env-id", "Pendulum-v1", "--num-steps", "256", "--total-timesteps", "512",
+                        "--save-model", "--runs-dir", str(tmp_path / "ppo"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    run_dir = run_dir_of(tmp_path / "ppo")
+    checkpoint = torch.load(os.path.join(run_dir, "ppo.pt"), weights_only=False)
+    agent = Agent(3, 1, discrete=False)
+    agent.load_state_dict(checkpoint["agent"])
+    stats = checkpoint["obs_rms"]
+    with torch.no_grad():
+        expected = agent.deterministic(((obs - stats["mean"]) / torch.sqrt(stats["var"] + 1e-8)).clamp(-10, 10))
+    exported = torch.export.load(os.path.join(run_dir, "ppo.pt2")).module()
+    torch.testing.assert_close(exported(obs), expected.clamp(-2, 2))
+    assert (expected.abs() > 0).all() and stats["count"] > 500  # statistics were really used
+
+    result = run_script("dqn", "--total-timesteps", "1500", "--learning-starts", "500", "--save-model",
+                        "--runs-dir", str(tmp_path / "dqn"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    run_dir = run_dir_of(tmp_path / "dqn")
+    q_network = QNetwork(4, 2)
+    q_network.load_state_dict(torch.load(os.path.join(run_dir, "dqn.pt"), weights_only=False)["q_network"])
+    obs = torch.randn(64, 4)
+    exported = torch.export.load(os.path.join(run_dir, "dqn.pt2")).module()
+    assert torch.equal(exported(obs), q_network(obs).argmax(-1))
+
+    # scripts/evaluate.py runs it (given the checkpoint, through the policy exported next to it).
+    evaluation = subprocess.run([sys.executable, "scripts/evaluate.py", os.path.join(run_dir, "dqn.pt"),
+                                 "--episodes", "3"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert evaluation.returncode == 0, evaluation.stderr[-2000:]
+    with open(os.path.join(run_dir, "evaluation.json")) as f:
+        report = json.load(f)
+    assert report["env_id"] == "CartPole-v1" and len(report["returns"]) == 3
+    assert report["mean_return"] == pytest.approx(np.mean(report["returns"])) and min(report["lengths"]) >= 8
+
+
+@pytest.mark.parametrize("content, words", [(None, ["no exported policy"]), (b"garbage", ["not an exported policy"])])
+def test_evaluate_missing_or_corrupt_policy_is_one_clear_line(tmp_path, content, words):
+    path = tmp_path / "policy.pt2"
+    if content is not None:
+        path.write_bytes(content)
+    result = subprocess.run([sys.executable, "scripts/evaluate.py", str(path), "--env-id", "CartPole-v1"],
+                            cwd=ROOT, capture_output=True, text=True, check=False)
+    assert_user_error(result, *words)
+
+
+def test_track_without_wandb_is_one_clear_line_or_works_offline(tmp_path):
+    flags = ["--track", "--total-timesteps", "600", "--learning-starts", "300", "--runs-dir", str(tmp_path)]
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        assert_user_error(run_script("dqn", *flags), "--track needs wandb", "pip install")
+        return
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "algos", "dqn.py"), *flags], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    run_dir = run_dir_of(tmp_path)
+    assert glob.glob(os.path.join(run_dir, "wandb", "offline-run-*")) and metric(run_dir, "episodic_return")
