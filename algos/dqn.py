@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 from dataclasses import dataclass
 
 import torch
@@ -24,15 +25,20 @@ from common import (
     accelerate,
     check,
     cli,
+    crossed,
+    env_state,
     export_policy,
     final_observations,
     finished_episodes,
     floor_us,
+    load_checkpoint,
     make_env,
     pick_device,
     resolve_cudagraphs,
+    rng_state,
     save_checkpoint,
     seed_everything,
+    set_rng_state,
 )
 
 
@@ -186,19 +192,50 @@ def main(args: Args) -> dict:
 
     link = (DeviceLink(n_envs, obs_dim, device) if args.env_backend == "torch"
             else HostLink(n_envs, obs_dim, (), torch.long, device))
-    obs, _ = envs.reset(seed=args.seed)
-    link.first(obs)
+    # Device state the captured functions update in place: saved for --resume, loaded back by copy.
+    run_state = {"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,
+                 "rb_dones": rb_dones, "rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps,
+                 "epsilon": epsilon, "last_obs": last_obs, "last_action": last_action}
+    start_iteration, global_step, updates = 0, 0, 0
+    if args.resume:
+        saved = load_checkpoint(args.resume, args, ("env_id", "num_envs", "buffer_size", "total_timesteps"))
+        q_network.load_state_dict(saved["q_network"])
+        target_network.load_state_dict(saved["target_network"])
+        optimizer.load_state_dict(saved["optimizer"])
+        resume = saved["resume"]
+        for name, tensor in run_state.items():
+            tensor.copy_(resume["tensors"][name])
+        if resume["envs"] is not None:
+            envs.close()
+            envs = pickle.loads(resume["envs"])
+            link.load(resume["link"])
+        else:  # envs that cannot be saved restart with fresh episodes
+            link.first(envs.reset(seed=args.seed + resume["iteration"])[0])
+        set_rng_state(resume["rng"])
+        start_iteration, global_step, updates = resume["iteration"], saved["global_step"], resume["updates"]
+    else:
+        obs, _ = envs.reset(seed=args.seed)
+        link.first(obs)
+    steady_after = updates + 4  # compile and capture are behind us after 4 updates
+
+    def checkpoint(name: str, next_iteration: int) -> None:
+        save_checkpoint(os.path.join(logger.dir, name), {
+            "q_network": q_network.state_dict(), "target_network": target_network.state_dict(),
+            "optimizer": optimizer.state_dict(), "args": logger.args, "global_step": global_step,
+            "resume": {"iteration": next_iteration, "updates": updates, "link": link.state(), "rng": rng_state(),
+                       "envs": env_state(envs), "tensors": {k: v.cpu() for k, v in run_state.items()}}})
+
     num_iterations = -(-args.total_timesteps // n_envs)
-    global_step, updates, completed = 0, 0, False
+    next_iteration, periodic, completed = start_iteration, None, False
     try:
-        for iteration in range(num_iterations):
+        for iteration in range(start_iteration, num_iterations):
             action = act_and_store(link.send())
             link.fetch(action)
             if global_step > args.learning_starts and iteration % args.train_frequency == 0:
                 # Launched before the env steps: the update runs on the GPU while the CPU simulates.
                 loss, q_mean = update()
                 updates += 1
-                if updates == 4:  # compile and capture are behind us
+                if updates == steady_after:
                     logger.mark_steady(global_step)
                 if updates % args.log_every == 0:
                     logger.log(global_step, td_loss=loss.item(), q_values=q_mean.item(), epsilon=epsilon.item())
@@ -212,14 +249,18 @@ def main(args: Args) -> dict:
             for episodic_return, length in finished_episodes(infos):
                 logger.episode(global_step, episodic_return, length)
             logger.progress(global_step)
+            next_iteration = iteration + 1
+            if args.save_model and crossed(global_step, n_envs, args.checkpoint_every):
+                checkpoint(f"dqn-step{global_step}.pt", next_iteration)
+                if periodic:
+                    os.remove(periodic)
+                periodic = os.path.join(logger.dir, f"dqn-step{global_step}.pt")
         completed = True
     finally:
-        envs.close()
         if args.save_model:
-            save_checkpoint(os.path.join(logger.dir, "dqn.pt"), {
-                "q_network": q_network.state_dict(), "optimizer": optimizer.state_dict(),
-                "args": logger.args, "global_step": global_step})
+            checkpoint("dqn.pt", next_iteration)
             export_policy(GreedyPolicy(q_network), obs_dim, os.path.join(logger.dir, "dqn.pt2"))
+        envs.close()
         extra = {}
         if completed and args.measure_floor and logger.steady_step is not None:
             extra["floor_us"] = floor_us(  # one env step: an act, and an update every train-frequency steps

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import math
 import os
+import pickle
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -31,17 +32,22 @@ from common import (
     check,
     cli,
     compiled,
+    crossed,
+    env_state,
     export_policy,
     final_observations,
     finished_episodes,
     floor_us,
     init_distributed,
     is_cheap,
+    load_checkpoint,
     make_env,
     pick_device,
     resolve_cudagraphs,
+    rng_state,
     save_checkpoint,
     seed_everything,
+    set_rng_state,
 )
 
 
@@ -449,13 +455,49 @@ def main(args: Args) -> dict:
         link = HostLink(n_envs, obs_dim, action_shape, torch.long if discrete else torch.float32, device)
 
     recent_returns: collections.deque = collections.deque(maxlen=100)
-    obs, _ = envs.reset(seed=args.seed)
-    link.first(obs)
+    # State carried from one iteration to the next (the rollout storage is refilled): saved for --resume.
+    run_state = {"obs_mean": obs_rms.mean, "obs_var": obs_rms.var, "obs_count": obs_rms.count,
+                 "return_mean": return_rms.mean, "return_var": return_rms.var, "return_count": return_rms.count,
+                 "discounted_return": discounted_return, "step_index": step_index}
+    if on_device:
+        run_state.update(ring_returns=ring_returns, ring_lengths=ring_lengths, episodes_done=episodes_done)
+    start_iteration, global_step, episodes_seen = 0, 0, 0
+    if args.resume:
+        check(world == 1, "--resume continues single-process runs; launch it without torchrun")
+        saved = load_checkpoint(args.resume, args, ("env_id", "num_envs", "num_steps", "total_timesteps",
+                                                    "env_backend"))
+        agent.load_state_dict(saved["agent"])
+        optimizer.load_state_dict(saved["optimizer"])
+        optimizer.param_groups[0]["lr"] = lr  # the device tensor that annealing writes, not the loaded copy
+        resume = saved["resume"]
+        for name, tensor in run_state.items():
+            tensor.copy_(resume["tensors"][name])
+        if resume["envs"] is not None:
+            envs.close()
+            envs = pickle.loads(resume["envs"])
+            link.load(resume["link"])
+        else:  # envs that cannot be saved restart with fresh episodes
+            link.first(envs.reset(seed=args.seed + resume["iteration"])[0])
+        set_rng_state(resume["rng"])
+        recent_returns.extend(resume["recent_returns"])
+        start_iteration, global_step, episodes_seen = resume["iteration"], saved["global_step"], resume["episodes_seen"]
+    else:
+        obs, _ = envs.reset(seed=args.seed)
+        link.first(obs)
+
+    def checkpoint(name: str, next_iteration: int) -> None:
+        save_checkpoint(os.path.join(logger.dir, name), {
+            "agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "args": logger.args,
+            "obs_rms": obs_rms.state(), "return_rms": return_rms.state(), "global_step": global_step,
+            "resume": {"iteration": next_iteration, "link": link.state(), "rng": rng_state(), "envs": env_state(envs),
+                       "tensors": {k: v.cpu() for k, v in run_state.items()}, "episodes_seen": episodes_seen,
+                       "recent_returns": list(recent_returns)}})
+
     num_iterations = args.total_timesteps // (batch_size * world)  # the budget counts every rank's steps
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
-    global_step, episodes_seen, completed = 0, 0, False
+    next_iteration, periodic, completed = start_iteration, None, False
     try:
-        for iteration in range(num_iterations):
+        for iteration in range(start_iteration, num_iterations):
             if args.anneal_lr:
                 lr.fill_(args.learning_rate * (1 - iteration / num_iterations))
             if on_device:
@@ -482,7 +524,7 @@ def main(args: Args) -> dict:
                     logger.progress(global_step)
                 finish(link.send())
                 stats = train_on_rollout()
-            if iteration == 3:  # every hot function compiled and captured
+            if iteration == start_iteration + 3:  # every hot function compiled and captured
                 logger.mark_steady(global_step)
             mean_recent = mean_over_ranks(recent_returns) if world > 1 else (
                 sum(recent_returns) / len(recent_returns) if recent_returns else float("nan"))
@@ -493,16 +535,20 @@ def main(args: Args) -> dict:
                     and mean_recent >= args.stop_at_return):  # the same decision on every rank
                 logger.log(global_step, solved_seconds=logger.elapsed())
                 break
+            next_iteration = iteration + 1
+            if args.save_model and rank == 0 and crossed(global_step, batch_size * world, args.checkpoint_every):
+                checkpoint(f"ppo-step{global_step}.pt", next_iteration)
+                if periodic:
+                    os.remove(periodic)
+                periodic = os.path.join(logger.dir, f"ppo-step{global_step}.pt")
         completed = True
     finally:
-        envs.close()
         if args.save_model and rank == 0:
-            save_checkpoint(os.path.join(logger.dir, "ppo.pt"), {
-                "agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "args": logger.args,
-                "obs_rms": obs_rms.state(), "return_rms": return_rms.state(), "global_step": global_step})
+            checkpoint("ppo.pt", next_iteration)
             policy = DeterministicPolicy(agent, obs_rms if args.normalize else None,
                                          *((None, None) if discrete else (space.low, space.high)))
             export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo.pt2"))
+        envs.close()
         extra = {}
         if completed and args.measure_floor and logger.steady_step is not None:
             def iteration_on_device(_):

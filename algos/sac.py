@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import pickle
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,15 +31,20 @@ from common import (
     check,
     cli,
     compiled,
+    crossed,
+    env_state,
     export_policy,
     final_observations,
     finished_episodes,
     floor_us,
+    load_checkpoint,
     make_env,
     pick_device,
     resolve_cudagraphs,
+    rng_state,
     save_checkpoint,
     seed_everything,
+    set_rng_state,
 )
 
 
@@ -274,18 +280,57 @@ def main(args: Args) -> dict:
 
     link = (DeviceLink(n_envs, obs_dim, device) if args.env_backend == "torch"
             else HostLink(n_envs, obs_dim, (action_dim,), torch.float32, device))
-    obs, _ = envs.reset(seed=args.seed)
-    link.first(obs)
+    # Everything --resume needs; the device tensors are loaded back by copy, so captured graphs stay valid.
+    modules = {"actor": actor, "qf1": qf1, "qf2": qf2, "qf1_target": qf1_target, "qf2_target": qf2_target,
+               "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer,
+               **({"a_optimizer": a_optimizer} if a_optimizer else {})}
+    replay = {"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,
+              "rb_dones": rb_dones}
+    run_state = {"rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps, "last_obs": last_obs,
+                 "last_action": last_action,
+                 "log_alpha": log_alpha, "alpha": alpha}
+    start_iteration, global_step, updates = 0, 0, 0
+    if args.resume:
+        saved = load_checkpoint(args.resume, args, ("env_id", "num_envs", "buffer_size", "total_timesteps"))
+        for name, module in modules.items():
+            module.load_state_dict(saved[name])
+        resume = saved["resume"]
+        with torch.no_grad():
+            for name, tensor in replay.items():
+                tensor[: len(saved["replay"][name])].copy_(saved["replay"][name])
+            for name, tensor in run_state.items():
+                tensor.copy_(resume["tensors"][name])
+        if resume["envs"] is not None:
+            envs.close()
+            envs = pickle.loads(resume["envs"])
+            link.load(resume["link"])
+        else:  # envs that cannot be saved (MuJoCo) restart with fresh episodes
+            link.first(envs.reset(seed=args.seed + resume["iteration"])[0])
+        set_rng_state(resume["rng"])
+        start_iteration, global_step, updates = resume["iteration"], saved["global_step"], resume["updates"]
+    else:
+        obs, _ = envs.reset(seed=args.seed)
+        link.first(obs)
+    steady_after = updates + 4 * args.policy_frequency  # both update variants compiled and captured
+
+    def checkpoint(name: str, next_iteration: int) -> None:
+        size = int(rb_size)
+        save_checkpoint(os.path.join(logger.dir, name), {
+            **{name: module.state_dict() for name, module in modules.items()}, "args": logger.args,
+            "global_step": global_step, "replay": {k: v[:size].cpu() for k, v in replay.items()},
+            "resume": {"iteration": next_iteration, "updates": updates, "link": link.state(), "rng": rng_state(),
+                       "envs": env_state(envs), "tensors": {k: v.detach().cpu() for k, v in run_state.items()}}})
+
     num_iterations = -(-args.total_timesteps // n_envs)
-    global_step, updates, completed = 0, 0, False
+    next_iteration, periodic, completed = start_iteration, None, False
     try:
-        for iteration in range(num_iterations):
+        for iteration in range(start_iteration, num_iterations):
             link.fetch(act_and_store(link.send()))
             if global_step > args.learning_starts:
                 # Launched before the env steps: the update runs on the GPU while the CPU simulates.
                 metrics = (update_all if iteration % args.policy_frequency == 0 else update_critics)()
                 updates += 1
-                if updates == 4 * args.policy_frequency:  # both variants compiled and captured
+                if updates == steady_after:
                     logger.mark_steady(global_step)
                 if updates % args.log_every == 0:
                     logger.log(global_step, **{k: v.item() for k, v in metrics.items()})
@@ -296,23 +341,18 @@ def main(args: Args) -> dict:
             for episodic_return, length in finished_episodes(infos):
                 logger.episode(global_step, episodic_return, length)
             logger.progress(global_step)
+            next_iteration = iteration + 1
+            if args.save_model and crossed(global_step, n_envs, args.checkpoint_every):
+                checkpoint(f"sac-step{global_step}.pt", next_iteration)
+                if periodic:
+                    os.remove(periodic)
+                periodic = os.path.join(logger.dir, f"sac-step{global_step}.pt")
         completed = True
     finally:
-        envs.close()
         if args.save_model:
-            size = int(rb_size)
-            save_checkpoint(os.path.join(logger.dir, "sac.pt"), {
-                "actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict(),
-                "qf1_target": qf1_target.state_dict(), "qf2_target": qf2_target.state_dict(),
-                "log_alpha": log_alpha.detach().cpu(), "q_optimizer": q_optimizer.state_dict(),
-                "actor_optimizer": actor_optimizer.state_dict(),
-                "a_optimizer": a_optimizer.state_dict() if a_optimizer else None,
-                "args": logger.args, "global_step": global_step,
-                "replay": {"obs": rb_obs[:size].cpu(), "actions": rb_actions[:size].cpu(),
-                           "rewards": rb_rewards[:size].cpu(), "dones": rb_dones[:size].cpu(),
-                           "next_obs": rb_next_obs[:size].cpu(), "ptr": int(rb_ptr)},
-            })
+            checkpoint("sac.pt", next_iteration)
             export_policy(MeanPolicy(actor), obs_dim, os.path.join(logger.dir, "sac.pt2"))
+        envs.close()
         extra = {}
         if completed and args.measure_floor and logger.steady_step is not None:
             updates_in_turn = [update_all] + [update_critics] * (args.policy_frequency - 1)

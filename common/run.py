@@ -43,6 +43,10 @@ class RunArgs:
     """record videos of the first env into the run folder's videos/"""
     runs_dir: str = "runs"
     """where run folders are created"""
+    checkpoint_every: int = 0
+    """with --save-model, also checkpoint every this many env steps (0: only at the end); the last one is kept"""
+    resume: str | None = None
+    """continue the run saved in this checkpoint (written with --save-model), same flags"""
     env_backend: str = "gymnasium"
     """gymnasium (CPU simulators) or torch (classic control on the device: common/torch_envs.py)"""
     measure_floor: bool = False
@@ -254,6 +258,13 @@ class HostLink:
             self.event.synchronize()
         return self.np_out
 
+    def state(self) -> torch.Tensor:
+        """The env's last answer, not yet sent (for checkpoints)."""
+        return self.host_in.clone()
+
+    def load(self, state: torch.Tensor) -> None:
+        self.host_in.copy_(state)
+
 
 class DeviceLink:
     """HostLink's interface for envs that live on the device (`--env-backend torch`): the env's answer is
@@ -282,6 +293,12 @@ class DeviceLink:
     def wait(self) -> torch.Tensor:
         return self.action
 
+    def state(self) -> torch.Tensor:
+        return self.dev_in.cpu()
+
+    def load(self, state: torch.Tensor) -> None:
+        self.dev_in.copy_(state)
+
 
 def export_policy(policy: torch.nn.Module, obs_dim: int, path: str) -> str:
     """Save a deterministic policy (observation batch in, action batch out) as a torch.export `.pt2`, on CPU;
@@ -295,6 +312,50 @@ def export_policy(policy: torch.nn.Module, obs_dim: int, path: str) -> str:
     torch.export.save(program, path + ".tmp")
     os.replace(path + ".tmp", path)
     return path
+
+
+def rng_state() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def env_state(envs) -> bytes | None:
+    """The envs pickled, whole (simulator state, RNG, time limits, episode statistics); None where they cannot
+    be (subprocesses, MuJoCo): a resume then restarts them with fresh episodes."""
+    import cloudpickle  # a gymnasium dependency; plain pickle cannot hold the env factories
+
+    try:
+        return cloudpickle.dumps(envs)
+    except Exception:
+        return None
+
+
+def load_checkpoint(path: str, args, same: tuple[str, ...]) -> dict:
+    """A checkpoint to resume from, checked against this run's flags `same` (one-line errors, exit 2)."""
+    check(os.path.exists(path), f"--resume {path}: no such file; pass a checkpoint written with --save-model")
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception:
+        raise UserError(f"--resume {path}: not a readable checkpoint (truncated or not from --save-model)") from None
+    check(isinstance(saved, dict) and "resume" in saved, f"--resume {path}: this checkpoint has no resume state")
+    for name in same:
+        check(saved["args"][name] == getattr(args, name),
+              f"--resume {path}: it was saved with --{name.replace('_', '-')} {saved['args'][name]}, "
+              f"not {getattr(args, name)}; pass the same flags")
+    return saved
+
+
+def crossed(step: int, advanced: int, every: int) -> bool:
+    """Whether the last `advanced` steps up to `step` crossed a multiple of `every` (0: never)."""
+    return every > 0 and step // every != (step - advanced) // every
 
 
 def save_checkpoint(path: str, state: dict) -> str:
