@@ -62,8 +62,8 @@ def test_replay_never_crosses_episode_boundaries(tmp_path, algo):
     module = importlib.import_module(f"algos.{algo}")
     args = module.Args(env_id="turborl-test/Boundaries-v0", total_timesteps=40, learning_starts=1000,
                        buffer_size=100, batch_size=8, cuda=False, save_model=True, runs_dir=str(tmp_path))
-    replay = torch.load(f"{module.main(args)['run_dir']}/{algo}.pt")["replay"]
-    obs, next_obs, dones = replay["obs"], replay["next_obs"], replay["dones"]
+    replay = torch.load(f"{module.main(args)['run_dir']}/{algo}.pt", weights_only=False)["replay"]
+    obs, next_obs, dones = replay["rb_obs"], replay["rb_next_obs"], replay["rb_dones"]
     assert len(obs) == 39  # every step but the last, whose transition the next call would store
     # Every stored transition stays inside one episode and advances time by one step.
     torch.testing.assert_close(next_obs, obs + torch.tensor([0.0, 1.0]))
