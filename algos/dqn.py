@@ -24,6 +24,7 @@ from common import (
     RunLogger,
     accelerate,
     check,
+    check_run_args,
     cli,
     crossed,
     env_state,
@@ -116,6 +117,7 @@ def validate(args: Args) -> None:
 
 
 def main(args: Args) -> dict:
+    check_run_args(args)
     validate(args)
     device = pick_device(args.cuda)
     cudagraphs = resolve_cudagraphs(args.cudagraphs, device)

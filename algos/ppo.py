@@ -30,6 +30,7 @@ from common import (
     accelerate,
     action_space,
     check,
+    check_run_args,
     cli,
     compiled,
     crossed,
@@ -226,7 +227,7 @@ def rank_param_max_diff(params) -> float:
 
 def resolve_defaults(args: Args) -> bool:
     """Fill the defaults chosen by the action space, check every value; returns whether actions are discrete."""
-    space = action_space(args.env_id)
+    space = action_space(args.env_id, args.env_backend)
     check(isinstance(space, (gym.spaces.Discrete, gym.spaces.Box)),
           f"PPO needs Discrete or Box actions but {args.env_id} has {space}; pick e.g. CartPole-v1 or Pendulum-v1")
     discrete = isinstance(space, gym.spaces.Discrete)
@@ -250,6 +251,7 @@ def resolve_defaults(args: Args) -> bool:
 
 
 def main(args: Args) -> dict:
+    check_run_args(args)
     discrete = resolve_defaults(args)
     # Under torchrun every rank runs its own envs and rollout; gradients are averaged before each step.
     rank, world, rank_device = init_distributed(args.cuda)

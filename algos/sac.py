@@ -29,6 +29,7 @@ from common import (
     RunLogger,
     accelerate,
     check,
+    check_run_args,
     cli,
     compiled,
     crossed,
@@ -155,6 +156,7 @@ def validate(args: Args) -> None:
 
 
 def main(args: Args) -> dict:
+    check_run_args(args)
     validate(args)
     device = pick_device(args.cuda)
     cudagraphs = resolve_cudagraphs(args.cudagraphs, device)

@@ -63,12 +63,16 @@ def make_env(
     return envs
 
 
-def _torch_env(env_id, num_envs, seed, action, algo, device):
+def _torch_env_class(env_id: str):
     from common.torch_envs import TORCH_ENVS
 
     if env_id not in TORCH_ENVS:
         raise UserError(f"--env-backend torch has no {env_id}; it has {', '.join(TORCH_ENVS)}")
-    envs = TORCH_ENVS[env_id](env_id, num_envs, device or "cpu", seed)
+    return TORCH_ENVS[env_id]
+
+
+def _torch_env(env_id, num_envs, seed, action, algo, device):
+    envs = _torch_env_class(env_id)(env_id, num_envs, device or "cpu", seed)
     _check_action_space(envs, env_id, action, algo)
     return envs
 
@@ -85,8 +89,10 @@ def _check_action_space(envs, env_id: str, action: ActionKind, algo: str) -> Non
         )
 
 
-def action_space(env_id: str) -> gym.Space:
+def action_space(env_id: str, backend: str = "gymnasium") -> gym.Space:
     """The action space of `env_id` (to pick an algorithm's defaults before the envs are built)."""
+    if backend == "torch":
+        _torch_env_class(env_id)
     try:
         env = gym.make(_spec(env_id))
     except gym.error.DependencyNotInstalled as err:
@@ -114,7 +120,9 @@ def _spec(env_id: str):
 def _missing_extra(env_id: str, err: Exception) -> UserError:
     if "moviepy" in str(err).lower():
         return UserError("--capture-video needs moviepy: pip install -e '.[video]' (or drop --capture-video)")
-    return UserError(f"{env_id} needs an extra package ({err}); install it: pip install -e '.[mujoco]'")
+    if "mujoco" in str(err).lower():
+        return UserError(f"{env_id} needs an extra package ({err}); install it: pip install -e '.[mujoco]'")
+    return UserError(f"{env_id} needs an extra package: {err}")
 
 
 def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:

@@ -87,6 +87,14 @@ def cli(main: Callable[[T], object], args_type: type[T], argv: list[str] | None 
         raise SystemExit(130) from None
 
 
+def check_run_args(args: RunArgs) -> None:
+    """The shared flags' own checks (each script checks its hyperparameters)."""
+    check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
+    check(args.checkpoint_every == 0 or args.save_model, "--checkpoint-every needs --save-model")
+    check(args.env_backend in ("gymnasium", "torch"),
+          f"--env-backend must be gymnasium or torch (got {args.env_backend!r})")
+
+
 def pick_device(cuda: bool) -> torch.device:
     """CUDA when asked for and present, else CPU (a run asked for CUDA without it says so once)."""
     if cuda and torch.cuda.is_available():

@@ -52,6 +52,7 @@ def test_dqn_eager_and_compile_give_the_same_first_losses(tmp_path):
         (["--env-id", "Pendulum-v1"], ["discrete action space", "CartPole-v1"]),
         (["--total-timesteps", "0"], ["--total-timesteps must be positive"]),
         (["--batch-size", "20000"], ["--batch-size 20000", "--buffer-size"]),
+        (["--checkpoint-every", "100"], ["--checkpoint-every needs --save-model"]),
     ],
 )
 def test_dqn_bad_input_is_one_clear_line(tmp_path, flags, words):

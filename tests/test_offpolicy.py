@@ -2,6 +2,7 @@
 
 import glob
 import importlib
+import importlib.util
 
 import gymnasium as gym
 import numpy as np
@@ -77,3 +78,9 @@ def test_replay_never_crosses_episode_boundaries(tmp_path, algo):
 def test_discrete_env_is_a_user_error(tmp_path, algo):
     assert_user_error(run_script(algo, "--env-id", "CartPole-v1", "--runs-dir", str(tmp_path)),
                       "continuous", "Pendulum-v1")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mujoco") is not None, reason="mujoco is installed")
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_default_mujoco_task_without_the_extra_is_a_user_error(tmp_path, algo):
+    assert_user_error(run_script(algo, "--runs-dir", str(tmp_path)), "HalfCheetah-v5", "pip install -e '.[mujoco]'")

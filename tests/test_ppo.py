@@ -62,6 +62,8 @@ def test_eager_and_compile_give_the_same_first_updates(tmp_path, env_id, overrid
     (["--num-minibatches", "3"], ["--num-minibatches 3", "512"]),
     (["--num-envs", "0"], ["--num-envs must be positive"]),
     (["--total-timesteps", "100"], ["less than one rollout"]),
+    (["--env-backend", "jax"], ["--env-backend must be gymnasium or torch"]),
+    (["--env-backend", "torch", "--env-id", "LunarLander-v3"], ["--env-backend torch has no LunarLander-v3"]),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, flags, words):
     assert_user_error(run_script("ppo", *flags, "--runs-dir", str(tmp_path)), *words)
