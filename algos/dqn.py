@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import os
-import pickle
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from common import (
+    Checkpoints,
     DeviceLink,
     HostLink,
     RunArgs,
@@ -26,20 +26,14 @@ from common import (
     check,
     check_run_args,
     cli,
-    crossed,
-    env_state,
     export_policy,
     final_observations,
     finished_episodes,
     floor_us,
-    load_checkpoint,
     make_env,
     pick_device,
     resolve_cudagraphs,
-    rng_state,
-    save_checkpoint,
     seed_everything,
-    set_rng_state,
 )
 
 
@@ -194,41 +188,26 @@ def main(args: Args) -> dict:
 
     link = (DeviceLink(n_envs, obs_dim, device) if args.env_backend == "torch"
             else HostLink(n_envs, obs_dim, (), torch.long, device))
-    # Device state the captured functions update in place: saved for --resume, loaded back by copy.
-    run_state = {"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,
+    checkpoints = Checkpoints(
+        args, logger.dir, "dqn", same=("env_id", "num_envs", "buffer_size", "total_timesteps"),
+        modules={"q_network": q_network, "target_network": target_network, "optimizer": optimizer},
+        tensors={"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,
                  "rb_dones": rb_dones, "rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps,
-                 "epsilon": epsilon, "last_obs": last_obs, "last_action": last_action}
+                 "epsilon": epsilon, "last_obs": last_obs, "last_action": last_action})
     start_iteration, global_step, updates = 0, 0, 0
     if args.resume:
-        saved = load_checkpoint(args.resume, args, ("env_id", "num_envs", "buffer_size", "total_timesteps"))
-        q_network.load_state_dict(saved["q_network"])
-        target_network.load_state_dict(saved["target_network"])
-        optimizer.load_state_dict(saved["optimizer"])
-        resume = saved["resume"]
-        for name, tensor in run_state.items():
-            tensor.copy_(resume["tensors"][name])
-        if resume["envs"] is not None:
-            envs.close()
-            envs = pickle.loads(resume["envs"])
-            link.load(resume["link"])
-        else:  # envs that cannot be saved restart with fresh episodes
-            link.first(envs.reset(seed=args.seed + resume["iteration"])[0])
-        set_rng_state(resume["rng"])
-        start_iteration, global_step, updates = resume["iteration"], saved["global_step"], resume["updates"]
+        envs, saved = checkpoints.resume(envs, link)
+        start_iteration, global_step, updates = saved["iteration"], saved["global_step"], saved["updates"]
     else:
-        obs, _ = envs.reset(seed=args.seed)
-        link.first(obs)
+        link.first(envs.reset(seed=args.seed)[0])
+
+    def counters() -> dict:
+        return {"iteration": next_iteration, "global_step": global_step, "updates": updates}
+
     steady_after = updates + 4  # compile and capture are behind us after 4 updates
 
-    def checkpoint(name: str, next_iteration: int) -> None:
-        save_checkpoint(os.path.join(logger.dir, name), {
-            "q_network": q_network.state_dict(), "target_network": target_network.state_dict(),
-            "optimizer": optimizer.state_dict(), "args": logger.args, "global_step": global_step,
-            "resume": {"iteration": next_iteration, "updates": updates, "link": link.state(), "rng": rng_state(),
-                       "envs": env_state(envs), "tensors": {k: v.cpu() for k, v in run_state.items()}}})
-
     num_iterations = -(-args.total_timesteps // n_envs)
-    next_iteration, periodic, completed = start_iteration, None, False
+    next_iteration, completed = start_iteration, False
     try:
         for iteration in range(start_iteration, num_iterations):
             action = act_and_store(link.send())
@@ -252,15 +231,12 @@ def main(args: Args) -> dict:
                 logger.episode(global_step, episodic_return, length)
             logger.progress(global_step)
             next_iteration = iteration + 1
-            if args.save_model and crossed(global_step, n_envs, args.checkpoint_every):
-                checkpoint(f"dqn-step{global_step}.pt", next_iteration)
-                if periodic:
-                    os.remove(periodic)
-                periodic = os.path.join(logger.dir, f"dqn-step{global_step}.pt")
+            if checkpoints.due(global_step, n_envs):
+                checkpoints.save_periodic(envs, link, counters())
         completed = True
     finally:
         if args.save_model:
-            checkpoint("dqn.pt", next_iteration)
+            checkpoints.save("dqn.pt", envs, link, counters())
             export_policy(GreedyPolicy(q_network), obs_dim, os.path.join(logger.dir, "dqn.pt2"))
         envs.close()
         extra = {}

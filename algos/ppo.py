@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 import math
 import os
-import pickle
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -22,6 +21,7 @@ import torch
 from torch import nn
 
 from common import (
+    Checkpoints,
     DeviceLink,
     HostLink,
     RunArgs,
@@ -33,22 +33,16 @@ from common import (
     check_run_args,
     cli,
     compiled,
-    crossed,
-    env_state,
     export_policy,
     final_observations,
     finished_episodes,
     floor_us,
     init_distributed,
     is_cheap,
-    load_checkpoint,
     make_env,
     pick_device,
     resolve_cudagraphs,
-    rng_state,
-    save_checkpoint,
     seed_everything,
-    set_rng_state,
 )
 
 
@@ -190,8 +184,12 @@ class RunningMeanStd:
         self.var.copy_(m2 / total)
         self.count.add_(n)
 
-    def state(self) -> dict:
+    def state_dict(self) -> dict:
         return {"mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, tensor in self.state_dict().items():
+            tensor.copy_(state[name])
 
 
 def reverse_scan(x: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
@@ -458,46 +456,30 @@ def main(args: Args) -> dict:
 
     recent_returns: collections.deque = collections.deque(maxlen=100)
     # State carried from one iteration to the next (the rollout storage is refilled): saved for --resume.
-    run_state = {"obs_mean": obs_rms.mean, "obs_var": obs_rms.var, "obs_count": obs_rms.count,
-                 "return_mean": return_rms.mean, "return_var": return_rms.var, "return_count": return_rms.count,
-                 "discounted_return": discounted_return, "step_index": step_index}
+    tensors = {"discounted_return": discounted_return, "step_index": step_index}
     if on_device:
-        run_state.update(ring_returns=ring_returns, ring_lengths=ring_lengths, episodes_done=episodes_done)
+        tensors.update(ring_returns=ring_returns, ring_lengths=ring_lengths, episodes_done=episodes_done)
+    checkpoints = Checkpoints(
+        args, logger.dir, "ppo", same=("env_id", "num_envs", "num_steps", "total_timesteps", "env_backend"),
+        modules={"agent": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": return_rms},
+        tensors=tensors)
     start_iteration, global_step, episodes_seen = 0, 0, 0
     if args.resume:
         check(world == 1, "--resume continues single-process runs; launch it without torchrun")
-        saved = load_checkpoint(args.resume, args, ("env_id", "num_envs", "num_steps", "total_timesteps",
-                                                    "env_backend"))
-        agent.load_state_dict(saved["agent"])
-        optimizer.load_state_dict(saved["optimizer"])
+        envs, saved = checkpoints.resume(envs, link)
         optimizer.param_groups[0]["lr"] = lr  # the device tensor that annealing writes, not the loaded copy
-        resume = saved["resume"]
-        for name, tensor in run_state.items():
-            tensor.copy_(resume["tensors"][name])
-        if resume["envs"] is not None:
-            envs.close()
-            envs = pickle.loads(resume["envs"])
-            link.load(resume["link"])
-        else:  # envs that cannot be saved restart with fresh episodes
-            link.first(envs.reset(seed=args.seed + resume["iteration"])[0])
-        set_rng_state(resume["rng"])
-        recent_returns.extend(resume["recent_returns"])
-        start_iteration, global_step, episodes_seen = resume["iteration"], saved["global_step"], resume["episodes_seen"]
+        recent_returns.extend(saved["recent_returns"])
+        start_iteration, global_step, episodes_seen = saved["iteration"], saved["global_step"], saved["episodes_seen"]
     else:
-        obs, _ = envs.reset(seed=args.seed)
-        link.first(obs)
+        link.first(envs.reset(seed=args.seed)[0])
 
-    def checkpoint(name: str, next_iteration: int) -> None:
-        save_checkpoint(os.path.join(logger.dir, name), {
-            "agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "args": logger.args,
-            "obs_rms": obs_rms.state(), "return_rms": return_rms.state(), "global_step": global_step,
-            "resume": {"iteration": next_iteration, "link": link.state(), "rng": rng_state(), "envs": env_state(envs),
-                       "tensors": {k: v.cpu() for k, v in run_state.items()}, "episodes_seen": episodes_seen,
-                       "recent_returns": list(recent_returns)}})
+    def counters() -> dict:
+        return {"iteration": next_iteration, "global_step": global_step, "episodes_seen": episodes_seen,
+                "recent_returns": list(recent_returns)}
 
     num_iterations = args.total_timesteps // (batch_size * world)  # the budget counts every rank's steps
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
-    next_iteration, periodic, completed = start_iteration, None, False
+    next_iteration, completed = start_iteration, False
     try:
         for iteration in range(start_iteration, num_iterations):
             if args.anneal_lr:
@@ -538,15 +520,12 @@ def main(args: Args) -> dict:
                 logger.log(global_step, solved_seconds=logger.elapsed())
                 break
             next_iteration = iteration + 1
-            if args.save_model and rank == 0 and crossed(global_step, batch_size * world, args.checkpoint_every):
-                checkpoint(f"ppo-step{global_step}.pt", next_iteration)
-                if periodic:
-                    os.remove(periodic)
-                periodic = os.path.join(logger.dir, f"ppo-step{global_step}.pt")
+            if rank == 0 and checkpoints.due(global_step, batch_size * world):
+                checkpoints.save_periodic(envs, link, counters())
         completed = True
     finally:
         if args.save_model and rank == 0:
-            checkpoint("ppo.pt", next_iteration)
+            checkpoints.save("ppo.pt", envs, link, counters())
             policy = DeterministicPolicy(agent, obs_rms if args.normalize else None,
                                          *((None, None) if discrete else (space.low, space.high)))
             export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo.pt2"))

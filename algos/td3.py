@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import os
-import pickle
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from common import (
+    Checkpoints,
     DeviceLink,
     HostLink,
     RunArgs,
@@ -30,20 +30,14 @@ from common import (
     check_run_args,
     cli,
     compiled,
-    crossed,
-    env_state,
     export_policy,
     final_observations,
     finished_episodes,
     floor_us,
-    load_checkpoint,
     make_env,
     pick_device,
     resolve_cudagraphs,
-    rng_state,
-    save_checkpoint,
     seed_everything,
-    set_rng_state,
 )
 
 
@@ -230,47 +224,28 @@ def main(args: Args) -> dict:
 
     link = (DeviceLink(n_envs, obs_dim, device) if args.env_backend == "torch"
             else HostLink(n_envs, obs_dim, (action_dim,), torch.float32, device))
-    # Everything --resume needs; the device tensors are loaded back by copy, so captured graphs stay valid.
-    modules = {"actor": actor, "qf1": qf1, "qf2": qf2, "target_actor": target_actor, "qf1_target": qf1_target,
-               "qf2_target": qf2_target, "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer}
-    replay = {"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,
-              "rb_dones": rb_dones}
-    run_state = {"rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps, "last_obs": last_obs,
-                 "last_action": last_action}
+    checkpoints = Checkpoints(
+        args, logger.dir, "td3", same=("env_id", "num_envs", "buffer_size", "total_timesteps"),
+        modules={"actor": actor, "qf1": qf1, "qf2": qf2, "target_actor": target_actor, "qf1_target": qf1_target,
+                 "qf2_target": qf2_target, "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer},
+        tensors={"rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps, "last_obs": last_obs,
+                 "last_action": last_action},
+        replay={"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,
+                "rb_dones": rb_dones}, replay_size=rb_size)
     start_iteration, global_step, updates = 0, 0, 0
     if args.resume:
-        saved = load_checkpoint(args.resume, args, ("env_id", "num_envs", "buffer_size", "total_timesteps"))
-        for name, module in modules.items():
-            module.load_state_dict(saved[name])
-        resume = saved["resume"]
-        with torch.no_grad():
-            for name, tensor in replay.items():
-                tensor[: len(saved["replay"][name])].copy_(saved["replay"][name])
-            for name, tensor in run_state.items():
-                tensor.copy_(resume["tensors"][name])
-        if resume["envs"] is not None:
-            envs.close()
-            envs = pickle.loads(resume["envs"])
-            link.load(resume["link"])
-        else:  # envs that cannot be saved (MuJoCo) restart with fresh episodes
-            link.first(envs.reset(seed=args.seed + resume["iteration"])[0])
-        set_rng_state(resume["rng"])
-        start_iteration, global_step, updates = resume["iteration"], saved["global_step"], resume["updates"]
+        envs, saved = checkpoints.resume(envs, link)
+        start_iteration, global_step, updates = saved["iteration"], saved["global_step"], saved["updates"]
     else:
-        obs, _ = envs.reset(seed=args.seed)
-        link.first(obs)
+        link.first(envs.reset(seed=args.seed)[0])
+
+    def counters() -> dict:
+        return {"iteration": next_iteration, "global_step": global_step, "updates": updates}
+
     steady_after = updates + 4 * args.policy_frequency  # both update variants compiled and captured
 
-    def checkpoint(name: str, next_iteration: int) -> None:
-        size = int(rb_size)
-        save_checkpoint(os.path.join(logger.dir, name), {
-            **{name: module.state_dict() for name, module in modules.items()}, "args": logger.args,
-            "global_step": global_step, "replay": {k: v[:size].cpu() for k, v in replay.items()},
-            "resume": {"iteration": next_iteration, "updates": updates, "link": link.state(), "rng": rng_state(),
-                       "envs": env_state(envs), "tensors": {k: v.detach().cpu() for k, v in run_state.items()}}})
-
     num_iterations = -(-args.total_timesteps // n_envs)
-    next_iteration, periodic, completed = start_iteration, None, False
+    next_iteration, completed = start_iteration, False
     try:
         for iteration in range(start_iteration, num_iterations):
             link.fetch(act_and_store(link.send()))
@@ -290,15 +265,12 @@ def main(args: Args) -> dict:
                 logger.episode(global_step, episodic_return, length)
             logger.progress(global_step)
             next_iteration = iteration + 1
-            if args.save_model and crossed(global_step, n_envs, args.checkpoint_every):
-                checkpoint(f"td3-step{global_step}.pt", next_iteration)
-                if periodic:
-                    os.remove(periodic)
-                periodic = os.path.join(logger.dir, f"td3-step{global_step}.pt")
+            if checkpoints.due(global_step, n_envs):
+                checkpoints.save_periodic(envs, link, counters())
         completed = True
     finally:
         if args.save_model:
-            checkpoint("td3.pt", next_iteration)
+            checkpoints.save("td3.pt", envs, link, counters())
             export_policy(actor, obs_dim, os.path.join(logger.dir, "td3.pt2"))  # deterministic: no noise
         envs.close()
         extra = {}

@@ -3,6 +3,7 @@
 from common.envs import action_space, final_observations, finished_episodes, is_cheap, make_env
 from common.logger import RunLogger, SilentLogger
 from common.run import (
+    Checkpoints,
     DeviceLink,
     HostLink,
     RunArgs,
@@ -14,21 +15,17 @@ from common.run import (
     check_run_args,
     cli,
     compiled,
-    crossed,
-    env_state,
     export_policy,
     floor_us,
     init_distributed,
-    load_checkpoint,
     pick_device,
     resolve_cudagraphs,
-    rng_state,
     save_checkpoint,
     seed_everything,
-    set_rng_state,
 )
 
 __all__ = [
+    "Checkpoints",
     "DeviceLink",
     "HostLink",
     "RunArgs",
@@ -40,11 +37,6 @@ __all__ = [
     "accelerate",
     "action_space",
     "compiled",
-    "crossed",
-    "load_checkpoint",
-    "env_state",
-    "set_rng_state",
-    "rng_state",
     "export_policy",
     "check",
     "check_run_args",

@@ -34,10 +34,8 @@ def make_env(
     """
     if num_envs < 1:
         raise UserError(f"--num-envs must be >= 1 (got {num_envs})")
-    if backend == "torch":
+    if backend == "torch":  # the flag's values are checked with the other shared flags (check_run_args)
         return _torch_env(env_id, num_envs, seed, action, algo, device)
-    if backend != "gymnasium":
-        raise UserError(f"--env-backend must be gymnasium or torch (got {backend!r})")
     mode = gym.vector.AutoresetMode.SAME_STEP
     spec = _spec(env_id)
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
+import pickle
 import random
 import sys
 import time
@@ -361,9 +363,63 @@ def load_checkpoint(path: str, args, same: tuple[str, ...]) -> dict:
     return saved
 
 
-def crossed(step: int, advanced: int, every: int) -> bool:
-    """Whether the last `advanced` steps up to `step` crossed a multiple of `every` (0: never)."""
-    return every > 0 and step // every != (step - advanced) // every
+class Checkpoints:
+    """`--save-model`, `--checkpoint-every` and `--resume` for a script: everything a run needs to continue.
+
+    `modules`: objects with state_dict (networks, optimizers); `tensors`: the device state that captured
+    functions update in place, loaded back by copy so the graphs stay valid; `replay`: buffers saved up to
+    `replay_size` rows; `extra`: more entries written as they are (for readers of the checkpoint). The envs are
+    pickled whole where they can be, with the RNG states and the env's last answer in `link`, so on CPU a
+    resumed run logs exactly what the uninterrupted run logs. `counters` (the loop's host-side numbers, with at
+    least `global_step`) go in on save and come back from `resume`.
+    """
+
+    def __init__(self, args, run_dir: str | None, algo: str, modules: dict, tensors: dict, same: tuple[str, ...],
+                 replay: dict | None = None, replay_size: torch.Tensor | None = None, extra: dict | None = None):
+        self.args, self.run_dir, self.algo, self.same = args, run_dir, algo, same
+        self.modules, self.tensors, self.replay, self.replay_size = modules, tensors, replay or {}, replay_size
+        self.extra, self.periodic = extra or {}, None
+
+    def resume(self, envs, link) -> tuple[object, dict]:
+        """Load `--resume` into this run; returns the envs to use (restored ones when saved) and the counters."""
+        saved = load_checkpoint(self.args.resume, self.args, self.same)
+        for name, module in self.modules.items():
+            module.load_state_dict(saved[name])
+        state = saved["resume"]
+        with torch.no_grad():
+            for name, tensor in self.replay.items():
+                tensor[: len(saved["replay"][name])].copy_(saved["replay"][name])
+            for name, tensor in self.tensors.items():
+                tensor.copy_(state["tensors"][name])
+        if state["envs"] is not None:
+            envs.close()
+            envs = pickle.loads(state["envs"])
+            link.load(state["link"])
+        else:  # envs that cannot be saved (subprocesses, MuJoCo) restart with fresh episodes
+            link.first(envs.reset(seed=self.args.seed + state["counters"]["global_step"])[0])
+        set_rng_state(state["rng"])
+        return envs, state["counters"]
+
+    def save(self, name: str, envs, link, counters: dict) -> str:
+        size = int(self.replay_size) if self.replay else 0
+        return save_checkpoint(os.path.join(self.run_dir, name), {
+            **{key: module.state_dict() for key, module in self.modules.items()}, **self.extra,
+            "args": dataclasses.asdict(self.args), "global_step": counters["global_step"],
+            "replay": {key: tensor[:size].cpu() for key, tensor in self.replay.items()},
+            "resume": {"counters": counters, "link": link.state(), "rng": rng_state(), "envs": env_state(envs),
+                       "tensors": {key: tensor.detach().cpu() for key, tensor in self.tensors.items()}}})
+
+    def due(self, step: int, advanced: int) -> bool:
+        """Whether the last `advanced` steps up to `step` crossed a multiple of --checkpoint-every."""
+        every = self.args.checkpoint_every
+        return self.args.save_model and every > 0 and step // every != (step - advanced) // every
+
+    def save_periodic(self, envs, link, counters: dict) -> None:
+        """`<algo>-step<N>.pt`; only the latest is kept."""
+        path = self.save(f"{self.algo}-step{counters['global_step']}.pt", envs, link, counters)
+        if self.periodic:
+            os.remove(self.periodic)
+        self.periodic = path
 
 
 def save_checkpoint(path: str, state: dict) -> str:
