@@ -436,11 +436,11 @@ def main(args: Args) -> dict:
         def env_step(action: torch.Tensor) -> None:
             next_obs, env_rewards, terminations, truncations, infos = envs.step(action)
             link.put(env_rewards, terminations.float(), truncations.float(), infos["final_obs"], next_obs)
-            ended = infos["_episode"]
-            slots = torch.where(ended, (episodes_done + ended.long().cumsum(0) - 1) % ring, ring)
+            finished = infos["_episode"]
+            slots = torch.where(finished, (episodes_done + finished.long().cumsum(0) - 1) % ring, ring)
             ring_returns.scatter_(0, slots, infos["episode"]["r"].float())
             ring_lengths.scatter_(0, slots, infos["episode"]["l"].float())
-            episodes_done.add_(ended.sum())
+            episodes_done.add_(finished.sum())
 
         def whole_iteration() -> dict:
             env_step(act_first(link.send()))
