@@ -3,7 +3,7 @@
 Per env step the loop launches two hot functions and steps the CPU env while the GPU works:
 `act_and_store` writes the last transition into the device replay ring and samples the next action from
 the policy, whose copy to the host is the only thing the CPU waits for; then `update` samples a batch on
-device, updates the twin critics and the target critics and, every `policy_frequency` steps,
+device, updates the twin critics (one batched network) and their targets and, every `policy_frequency` steps,
 `policy_frequency` actor and entropy-temperature (alpha) steps. Alpha and the target entropy are device
 tensors. The delayed actor update is a second captured variant of `update` chosen by the host step count,
 so no graph branches on a tensor.
@@ -78,17 +78,30 @@ class Args(RunArgs):
 LOG_STD_MAX, LOG_STD_MIN = 2.0, -5.0
 
 
-class SoftQNetwork(nn.Module):
-    def __init__(self, obs_dim: int, action_dim: int):
-        super().__init__()
-        self.fc1 = nn.Linear(obs_dim + action_dim, 256)
-        self.fc2 = nn.Linear(256, 256)
-        self.fc3 = nn.Linear(256, 1)
+class TwinSoftQNetwork(nn.Module):
+    """CleanRL's two soft Q-networks as one: each layer's weights are stacked on a leading axis of size 2, so
+    a layer of both critics is one batched matmul (half the kernels, and SAC's step is GPU-bound). Each critic
+    is initialized as nn.Linear layers would be: uniform in +-1/sqrt(fan_in)."""
 
-    def forward(self, x, a):
-        x = F.relu(self.fc1(torch.cat([x, a], 1)))
-        x = F.relu(self.fc2(x))
-        return self.fc3(x).squeeze(1)
+    def __init__(self, obs_dim: int, action_dim: int, hidden: int = 256, members: int = 2):
+        super().__init__()
+        sizes = [obs_dim + action_dim, hidden, hidden, 1]
+        bounds = [n_in ** -0.5 for n_in in sizes[:-1]]
+        self.weights = nn.ParameterList(nn.Parameter(torch.empty(members, n_in, n_out).uniform_(-b, b))
+                                        for n_in, n_out, b in zip(sizes[:-1], sizes[1:], bounds, strict=True))
+        self.biases = nn.ParameterList(nn.Parameter(torch.empty(members, 1, n_out).uniform_(-b, b))
+                                       for n_out, b in zip(sizes[1:], bounds, strict=True))
+
+    def forward(self, x, a, detach_params: bool = False):
+        """Q-values, shape (2, batch). `detach_params`: gradients reach the inputs only (the actor's loss)."""
+        x = torch.cat([x, a], 1).expand(len(self.weights[0]), -1, -1)
+        for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
+            if detach_params:
+                weight, bias = weight.detach(), bias.detach()
+            x = torch.baddbmm(bias, x, weight)
+            if i < len(self.weights) - 1:
+                x = F.relu(x)
+        return x.squeeze(2)
 
 
 class Actor(nn.Module):
@@ -164,11 +177,10 @@ def main(args: Args) -> dict:
     low, high = envs.single_action_space.low, envs.single_action_space.high
 
     actor = Actor(obs_dim, action_dim, low, high).to(device)
-    qf1, qf2 = SoftQNetwork(obs_dim, action_dim).to(device), SoftQNetwork(obs_dim, action_dim).to(device)
-    qf1_target, qf2_target = (copy.deepcopy(m).requires_grad_(False) for m in (qf1, qf2))
+    qf = TwinSoftQNetwork(obs_dim, action_dim).to(device)
+    qf_target = copy.deepcopy(qf).requires_grad_(False)
     capturable = cudagraphs and not args.compile
-    q_optimizer = torch.optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.q_lr,
-                                   capturable=capturable)
+    q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr, capturable=capturable)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, capturable=capturable)
     # Entropy temperature: a device tensor the graphs read; autotuned through log_alpha.
     target_entropy = torch.tensor(-float(action_dim), device=device)
@@ -176,8 +188,7 @@ def main(args: Args) -> dict:
                              requires_grad=args.autotune)
     alpha = log_alpha.detach().exp()
     a_optimizer = torch.optim.Adam([log_alpha], lr=args.q_lr, capturable=capturable) if args.autotune else None
-    online_params = [*qf1.parameters(), *qf2.parameters()]
-    target_params = [*qf1_target.parameters(), *qf2_target.parameters()]
+    online_params, target_params = list(qf.parameters()), list(qf_target.parameters())
     action_low = torch.as_tensor(low, dtype=torch.float32, device=device)
     action_high = torch.as_tensor(high, dtype=torch.float32, device=device)
 
@@ -222,15 +233,16 @@ def main(args: Args) -> dict:
         obs, actions, next_obs = rb_obs[idx], rb_actions[idx], rb_next_obs[idx]
         with torch.no_grad():
             next_actions, next_log_pi, _ = actor.get_action(next_obs)
-            min_next_q = torch.min(qf1_target(next_obs, next_actions), qf2_target(next_obs, next_actions))
+            min_next_q = qf_target(next_obs, next_actions).min(0).values
             next_q = rb_rewards[idx] + (1 - rb_dones[idx]) * args.gamma * (min_next_q - alpha * next_log_pi)
-        qf1_values, qf2_values = qf1(obs, actions), qf2(obs, actions)
-        qf_loss = F.mse_loss(qf1_values, next_q) + F.mse_loss(qf2_values, next_q)
-        return qf_loss, obs, {"qf_loss": qf_loss.detach(), "qf1_values": qf1_values.detach().mean()}
+        q_values = qf(obs, actions)
+        qf_loss = (q_values - next_q).pow(2).mean(1).sum()  # each critic's MSE, summed (qf1_loss + qf2_loss)
+        return qf_loss, obs, torch.stack([qf_loss, q_values[0].mean()]).detach()
 
     def actor_loss(obs):
         pi, log_pi, _ = actor.get_action(obs)
-        return (alpha * log_pi - torch.min(qf1(obs, pi), qf2(obs, pi))).mean()
+        # The critics' parameters get no gradient from the actor's loss (they are not stepped with it).
+        return (alpha * log_pi - qf(obs, pi, detach_params=True).min(0).values).mean()
 
     def alpha_loss(obs):
         with torch.no_grad():
@@ -244,28 +256,34 @@ def main(args: Args) -> dict:
     q_step, actor_step = compiled(q_optimizer.step, args.compile), compiled(actor_optimizer.step, args.compile)
     alpha_step = compiled(a_optimizer.step, args.compile) if args.autotune else None
 
-    def update(update_actor: bool):
+    # The latest losses, written in place by the update: it returns nothing, so a replay clones no outputs,
+    # and the host reads them only when it logs. The actor's entries are logged once it has been updated.
+    metric_names = ["qf_loss", "qf1_values", "actor_loss", *(["alpha_loss"] if args.autotune else []), "alpha"]
+    metrics = torch.zeros(len(metric_names), device=device)
+    metrics[-1] = alpha.squeeze()
+
+    def update(update_actor: bool) -> None:
         q_optimizer.zero_grad()
-        qf_loss, obs, metrics = critic_loss()
+        qf_loss, obs, critic_metrics = critic_loss()
         qf_loss.backward()
         q_step()
+        metrics[:2].copy_(critic_metrics)
         if update_actor:  # a Python branch outside the graphs: two captured variants, chosen per env step
             for _ in range(args.policy_frequency):  # delayed, not fewer: as many policy steps as env steps
                 actor_optimizer.zero_grad()
                 loss = actor_loss(obs)
                 loss.backward()
                 actor_step()
-                metrics["actor_loss"] = loss.detach()
+                metrics[2].copy_(loss.detach())
                 if args.autotune:
                     a_optimizer.zero_grad()
                     loss = alpha_loss(obs)
                     loss.backward()
                     alpha_step()
                     alpha.copy_(log_alpha.detach().exp())
-                    metrics["alpha_loss"] = loss.detach()
-            metrics["alpha"] = alpha.clone().squeeze()
+                    metrics[3].copy_(loss.detach())
+                    metrics[4].copy_(alpha.squeeze())
         torch._foreach_lerp_(target_params, online_params, args.tau)
-        return metrics
 
     def path(fn):
         return accelerate(fn, compile=False, cudagraphs=cudagraphs, device=device, compiled_inside=args.compile)
@@ -278,11 +296,11 @@ def main(args: Args) -> dict:
             else HostLink(n_envs, obs_dim, (action_dim,), torch.float32, device))
     checkpoints = Checkpoints(
         args, logger.dir, "sac", same=("env_id", "num_envs", "buffer_size", "total_timesteps"),
-        modules={"actor": actor, "qf1": qf1, "qf2": qf2, "qf1_target": qf1_target, "qf2_target": qf2_target,
+        modules={"actor": actor, "qf": qf, "qf_target": qf_target,
                  "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer,
                  **({"a_optimizer": a_optimizer} if a_optimizer else {})},
         tensors={"rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps, "last_obs": last_obs,
-                 "last_action": last_action, "log_alpha": log_alpha, "alpha": alpha},
+                 "last_action": last_action, "log_alpha": log_alpha, "alpha": alpha, "metrics": metrics},
         replay={"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,
                 "rb_dones": rb_dones}, replay_size=rb_size)
     start_iteration, global_step, updates = 0, 0, 0
@@ -295,6 +313,7 @@ def main(args: Args) -> dict:
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "updates": updates}
 
+    actor_updated = updates >= args.policy_frequency  # one of any policy_frequency updates steps the actor
     steady_after = updates + 4 * args.policy_frequency  # both update variants compiled and captured
 
     num_iterations = -(-args.total_timesteps // n_envs)
@@ -304,12 +323,15 @@ def main(args: Args) -> dict:
             link.fetch(act_and_store(link.send()))
             if global_step > args.learning_starts:
                 # Launched before the env steps: the update runs on the GPU while the CPU simulates.
-                metrics = (update_all if iteration % args.policy_frequency == 0 else update_critics)()
+                actor_updated = actor_updated or iteration % args.policy_frequency == 0
+                (update_all if iteration % args.policy_frequency == 0 else update_critics)()
                 updates += 1
                 if updates == steady_after:
                     logger.mark_steady(global_step)
                 if updates % args.log_every == 0:
-                    logger.log(global_step, **{k: v.item() for k, v in metrics.items()})
+                    logged = dict(zip(metric_names, metrics.tolist(), strict=True))
+                    logger.log(global_step, **{k: v for k, v in logged.items()
+                                               if actor_updated or k in ("qf_loss", "qf1_values")})
 
             next_obs, rewards, terminations, truncations, infos = envs.step(link.wait())
             global_step += n_envs

@@ -13,6 +13,7 @@ run is written with its error, never dropped. Runs whose JSON already says "ok" 
 
 from __future__ import annotations
 
+import concurrent.futures
 import csv
 import datetime
 import glob
@@ -66,7 +67,7 @@ SPEED = [
     Task("ppo", "CartPole-v1", 200_000, 50_000),
     Task("ppo", "HalfCheetah-v5", 61_440, 20_480),
     # The whole PPO iteration as one graph on torch CartPole: 4096 envs x 128 steps per iteration.
-    Task("ppo", "CartPole-v1", 4096 * 128 * 24, 4096 * 128 * 6, variant="torch4096", flags=TORCH_ENVS_4096,
+    Task("ppo", "CartPole-v1", 4096 * 128 * 100, 4096 * 128 * 6, variant="torch4096", flags=TORCH_ENVS_4096,
          cuda_only=True),
 ]
 # Learning: each algorithm's default task and budget (CleanRL's), eager on a short budget (return vs wall time).
@@ -89,10 +90,15 @@ class Args:
     """`speed` (every algo x path, short) or `learning` (default tasks to their budget)"""
     algos: list[str] = field(default_factory=lambda: ["dqn", "td3", "sac", "ppo"])
     """algorithms to run"""
-    paths: list[str] = field(default_factory=lambda: list(PATH_FLAGS))
-    """paths to run (speed suite; the learning suite runs compile+cudagraphs and eager)"""
+    paths: list[str] | None = None
+    """paths to run (default: all four for speed; compile+cudagraphs and eager for learning)"""
     envs: list[str] = field(default_factory=list)
     """only these env ids (empty: each task's default)"""
+    labels: list[str] = field(default_factory=list)
+    """only these tasks, by the table's algo column (e.g. ppo-torch-solve; empty: all of the algos')"""
+    jobs: int = 1
+    """learning suite: runs at a time (they share the machine, so their wall times are slower than alone;
+    each JSON records it). The speed suite always runs one at a time."""
     seeds: list[int] = field(default_factory=lambda: [1])
     """seeds"""
     scale: float | None = None
@@ -208,10 +214,11 @@ def run_one(task: Task, path: str, seed: int, scale: float, measure_floor: bool,
 
 def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
     tasks = SPEED if args.suite == "speed" else LEARNING
-    paths = args.paths if args.suite == "speed" else ["compile+cudagraphs", "eager"]
+    paths = args.paths or (list(PATH_FLAGS) if args.suite == "speed" else ["compile+cudagraphs", "eager"])
     runs = []
     for task in tasks:
-        if task.algo not in args.algos or (args.envs and task.env_id not in args.envs) or (task.cuda_only and not cuda):
+        if (task.algo not in args.algos or (args.envs and task.env_id not in args.envs)
+                or (args.labels and task.label not in args.labels) or (task.cuda_only and not cuda)):
             continue
         for path in paths:
             for seed in args.seeds if (args.suite == "speed" or path != "eager") else args.seeds[:1]:
@@ -225,28 +232,35 @@ def main(args: Args) -> None:
 
     if args.suite not in ("speed", "learning"):
         raise SystemExit(f"error: --suite must be speed or learning (got {args.suite!r})")
-    unknown = [p for p in args.paths if p not in PATH_FLAGS]
+    unknown = [p for p in args.paths or [] if p not in PATH_FLAGS]
     if unknown:
         raise SystemExit(f"error: unknown path(s) {unknown}; choose from {list(PATH_FLAGS)}")
+    if args.jobs < 1 or (args.jobs > 1 and args.suite == "speed"):
+        raise SystemExit("error: --jobs must be >= 1, and 1 for the speed suite (speed is measured alone)")
     cuda = torch.cuda.is_available()
     args.scale = args.scale if args.scale is not None else (1.0 if cuda else 0.05)
     out = args.out or os.path.join(ROOT, "results", args.suite + ("" if cuda else "-cpu"))
     os.makedirs(out, exist_ok=True)
     info = machine()
     runs = plan(args, cuda)
-    table = []
-    for task, path, seed in tqdm(runs, desc=f"{args.suite} suite", unit="run"):
-        name = f"{task.label}__{task.env_id}__{path}__s{seed}.json"
-        target = os.path.join(out, name)
+    jobs = min(args.jobs, max(1, len(runs)))
+
+    def measured(run: tuple[Task, str, int]) -> dict:
+        task, path, seed = run
+        target = os.path.join(out, f"{task.label}__{task.env_id}__{path}__s{seed}.json")
         if not args.force and os.path.exists(target) and json.load(open(target)).get("status") == "ok":
-            record = json.load(open(target))
-        else:
-            record = run_one(task, path, seed, args.scale, args.suite == "speed", args.timeout)
-            record["machine"], record["suite"], record["scale"] = info, args.suite, args.scale
-            with open(target + ".tmp", "w") as f:
-                json.dump(record, f, indent=1)
-            os.replace(target + ".tmp", target)
-        table.append(record)
+            return json.load(open(target))
+        record = run_one(task, path, seed, args.scale, args.suite == "speed", args.timeout)
+        record["machine"], record["suite"], record["scale"] = info, args.suite, args.scale
+        record["concurrent_runs"] = jobs
+        with open(target + ".tmp", "w") as f:
+            json.dump(record, f, indent=1)
+        os.replace(target + ".tmp", target)
+        return record
+
+    # Threads only wait on subprocesses; results keep the plan's order.
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        table = list(tqdm(pool.map(measured, runs), total=len(runs), desc=f"{args.suite} suite", unit="run"))
     print(f"\n{args.suite} suite on {info['gpu'] or info['cpu']} (torch {info['torch']}), JSON in {out}")
     print(f"{'algo':5} {'env':16} {'path':19} {'seed':>4} {'steps/s':>9} {'us/step':>8} {'floor us':>8} "
           f"{'startup s':>9} {'return':>8}  status")

@@ -89,17 +89,26 @@ def learning_table(runs: list[dict]) -> list[str]:
     groups = defaultdict(list)
     for run in runs:
         groups[(run["algo"], run["env_id"], run["path"])].append(run)
-    lines = ["| algo | env | path | steps | seeds | return at budget (mean ± std) | CleanRL | wall s (mean) |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| algo | env | path | steps | seeds | return at budget (mean ± std) | CleanRL | wall s (mean) | solved s |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for (algo, env_id, path), group in sorted(groups.items()):
         ok = [r for r in group if r["status"] == "ok"]
         returns = [r["final_return"] for r in ok if r.get("final_return") is not None]
         spread = f"{statistics.mean(returns):,.1f} ± {statistics.pstdev(returns):,.1f}" if returns else "–"
         wall = fmt(statistics.mean([r["run_wall_seconds"] for r in ok]), ".0f") if ok else "–"
+        solved = [r["solved_seconds"] for r in ok if r.get("solved_seconds") is not None]
         failed = len(group) - len(ok)
         seeds = f"{len(ok)}" + (f" (+{failed} failed)" if failed else "")
         lines.append(f"| {algo} | {env_id} | {path} | {fmt(group[0]['steps'])} | {seeds} | {spread} | "
-                     f"{fmt(CLEANRL_RETURNS.get((algo, env_id)), ',.1f')} | {wall} |")
+                     f"{fmt(CLEANRL_RETURNS.get((algo, env_id)), ',.1f')} | {wall} | "
+                     f"{fmt(statistics.mean(solved), '.1f') if solved else '–'} |")
+    lines += ["", "`solved s`: seconds from the run's start (compile and capture included) until the mean return "
+              "of the last 100 episodes reached `--stop-at-return`."]
+    shared = sorted({r.get("concurrent_runs", 1) for r in runs} - {1})
+    if shared:
+        lines += ["", f"Some runs shared the machine ({', '.join(map(str, shared))} at a time, see each JSON's "
+                  "`concurrent_runs`): their wall seconds and return-vs-time curves are slower than a run alone; "
+                  "speed is measured alone, in the speed suite."]
     return lines
 
 

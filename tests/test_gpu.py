@@ -1,12 +1,14 @@
 """GPU checks (skipped without CUDA): capture works, the four paths compute the same thing, RNG advances."""
 
+import glob
 import importlib
 
 import pytest
 import torch
 
 from common import accelerate
-from tests.helpers import metric
+from tests.helpers import metric, run_script
+from tests.test_resume import metrics_after
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -77,3 +79,23 @@ def test_captured_sac_policy_has_eager_action_spread(compile):
     torch.testing.assert_close(replays.mean(0), eager.mean(0), atol=0.03, rtol=0)
     torch.testing.assert_close(replays.std(0), eager.std(0), atol=0.03, rtol=0)
     assert (eager.std(0) > 0.05).all()  # the policy is stochastic, so the comparison means something
+
+
+def test_resumed_compiled_captured_run_continues_the_run(tmp_path):
+    """--resume of a --compile --cudagraphs run: weights, replay, RNG and counters load into the tensors the
+    graphs are then captured on, so the resumed run logs the uninterrupted run's losses."""
+    flags = ["--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency", "2", "--log-every", "5",
+             "--compile", "--cudagraphs"]
+    whole = run_script("dqn", *flags, "--save-model", "--checkpoint-every", "1000", "--runs-dir", str(tmp_path / "a"))
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    [checkpoint] = glob.glob(str(tmp_path / "a" / "*" / "dqn-step*.pt"))
+    step = int(checkpoint.rsplit("step", 1)[1][:-3])
+    resumed = run_script("dqn", *flags, "--resume", checkpoint, "--runs-dir", str(tmp_path / "b"))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+    def losses(run_dir):
+        return [(int(s), float(v)) for s, name, v in metrics_after(run_dir, step) if name == "td_loss"]
+
+    expected, got = losses(str(tmp_path / "a")), losses(str(tmp_path / "b"))
+    assert len(expected) > 20 and [s for s, _ in got] == [s for s, _ in expected]
+    torch.testing.assert_close([v for _, v in got], [v for _, v in expected], rtol=1e-3, atol=1e-5)

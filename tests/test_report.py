@@ -3,6 +3,8 @@
 import json
 import os
 
+import pytest
+
 from scripts import benchmark, report
 
 
@@ -17,6 +19,16 @@ def test_benchmark_records_a_real_run_and_a_failed_one(tmp_path):
 
     failed = benchmark.run_one(benchmark.Task("dqn", "NoSuchEnv-v0", 1000, 1000), "eager", 1, 1.0, False, 60)
     assert failed["status"] == "failed" and "unknown env id" in failed["error"]
+
+
+def test_learning_suite_runs_jobs_side_by_side_and_records_it(tmp_path):
+    benchmark.main(benchmark.Args(suite="learning", algos=["dqn", "ppo"], envs=["CartPole-v1"], paths=["eager"],
+                                  labels=["dqn", "ppo"], jobs=2, scale=0.02, out=str(tmp_path)))
+    records = [json.load(open(tmp_path / f"{algo}__CartPole-v1__eager__s1.json")) for algo in ("dqn", "ppo")]
+    assert [r["status"] for r in records] == ["ok", "ok"] and all(r["concurrent_runs"] == 2 for r in records)
+    assert sorted(os.listdir(tmp_path)) == ["dqn__CartPole-v1__eager__s1.json", "ppo__CartPole-v1__eager__s1.json"]
+    with pytest.raises(SystemExit, match="1 for the speed suite"):
+        benchmark.main(benchmark.Args(suite="speed", jobs=2, out=str(tmp_path)))
 
 
 def sample_run(algo, env_id, path, sps, status="ok", suite="speed", seed=1, final_return=100.0):
@@ -38,6 +50,8 @@ def test_report_tables_speedups_failures_and_readme_block(tmp_path):
                       sample_run("td3", "HalfCheetah-v5", "compile", None, status="failed")],
             "learning": [sample_run("dqn", "CartPole-v1", "compile+cudagraphs", 9000.0, suite="learning", seed=s,
                                     final_return=r) for s, r in ((1, 480.0), (2, 500.0))]}
+    runs["learning"][0].update(solved_seconds=7.0, concurrent_runs=3)
+    runs["learning"][1].update(solved_seconds=9.0, concurrent_runs=3)
     results = tmp_path / "results"
     for suite, records in runs.items():
         os.makedirs(results / suite)
@@ -52,7 +66,8 @@ def test_report_tables_speedups_failures_and_readme_block(tmp_path):
 
     assert "| td3 | HalfCheetah-v5 | 100 | failed | – | 2,500 | 25.0x (compile+cudagraphs) | 400 (50) | 2.0 |" in text
     assert "exit 1: boom" in text and "Test GPU" in text and "abcdef0" in text
-    assert "| dqn | CartPole-v1 | compile+cudagraphs | 1,000 | 2 | 490.0 ± 10.0 | 488.7 | 10 |" in text
+    assert "| dqn | CartPole-v1 | compile+cudagraphs | 1,000 | 2 | 490.0 ± 10.0 | 488.7 | 10 | 8.0 |" in text
+    assert "shared the machine (3 at a time" in text
     assert (results / "speed_speed.png").stat().st_size > 1000 and (results / "learning_returns.png").exists()
     new = readme.read_text()
     assert "old" not in new and "25.0x" in new and new.startswith("intro") and new.endswith("rest\n")
