@@ -34,6 +34,7 @@ from common import (
     pick_device,
     resolve_cudagraphs,
     seed_everything,
+    soft_update,
 )
 
 
@@ -221,8 +222,7 @@ def main(args: Args) -> dict:
                 if updates % args.log_every == 0:
                     logger.log(global_step, td_loss=loss.item(), q_values=q_mean.item(), epsilon=epsilon.item())
             if iteration % (args.target_network_frequency // n_envs or 1) == 0:
-                with torch.no_grad():
-                    torch._foreach_lerp_(target_params, online_params, args.tau)
+                soft_update(target_params, online_params, args.tau)
 
             next_obs, rewards, terminations, truncations, infos = envs.step(link.wait())
             global_step += n_envs

@@ -40,6 +40,7 @@ from common import (
     pick_device,
     resolve_cudagraphs,
     seed_everything,
+    soft_update,
 )
 
 
@@ -283,7 +284,7 @@ def main(args: Args) -> dict:
                     alpha.copy_(log_alpha.detach().exp())
                     metrics[3].copy_(loss.detach())
                     metrics[4].copy_(alpha.squeeze())
-        torch._foreach_lerp_(target_params, online_params, args.tau)
+        soft_update(target_params, online_params, args.tau)
 
     def path(fn):
         return accelerate(fn, compile=False, cudagraphs=cudagraphs, device=device, compiled_inside=args.compile)

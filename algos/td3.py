@@ -38,6 +38,7 @@ from common import (
     pick_device,
     resolve_cudagraphs,
     seed_everything,
+    soft_update,
 )
 
 
@@ -211,7 +212,7 @@ def main(args: Args) -> dict:
             loss = actor_loss(obs)
             loss.backward()
             actor_step()
-            torch._foreach_lerp_(target_params, online_params, args.tau)
+            soft_update(target_params, online_params, args.tau)
             metrics["actor_loss"] = loss.detach()
         return metrics
 

@@ -22,6 +22,7 @@ from common.run import (
     resolve_cudagraphs,
     save_checkpoint,
     seed_everything,
+    soft_update,
 )
 
 __all__ = [
@@ -51,4 +52,5 @@ __all__ = [
     "resolve_cudagraphs",
     "save_checkpoint",
     "seed_everything",
+    "soft_update",
 ]

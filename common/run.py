@@ -194,6 +194,14 @@ def accelerate(
     return run
 
 
+def soft_update(target_params: list[torch.Tensor], online_params: list[torch.Tensor], tau: float) -> None:
+    """target <- target + tau * (online - target), in place and outside autograd: an in-place lerp that
+    autograd recorded would chain every update into the targets' history (growing memory, and a backward
+    that walks it all under torch.compile)."""
+    with torch.no_grad():
+        torch._foreach_lerp_(target_params, online_params, tau)
+
+
 def floor_us(step: Callable[[int], object], device: torch.device, calls: int = 200) -> float:
     """Microseconds per call of `step(i)` run back to back, synchronized once at the end.
 

@@ -16,6 +16,7 @@ from common import (
     make_env,
     pick_device,
     resolve_cudagraphs,
+    soft_update,
 )
 from tests.helpers import metric
 
@@ -63,6 +64,15 @@ def test_cudagraphs_without_cuda_warns_and_falls_back(capsys):
     assert resolve_cudagraphs(True, torch.device("cpu")) is False
     assert "--cudagraphs needs a CUDA device" in capsys.readouterr().err
     assert resolve_cudagraphs(False, torch.device("cpu")) is False
+
+
+def test_soft_update_moves_targets_and_keeps_them_out_of_autograd():
+    online, target = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2).requires_grad_(False)
+    before = target.weight.clone()
+    for _ in range(3):
+        soft_update(list(target.parameters()), list(online.parameters()), 0.5)
+    torch.testing.assert_close(target.weight, online.weight.detach() + (before - online.weight.detach()) / 8)
+    assert all(p.grad_fn is None and not p.requires_grad for p in target.parameters())
 
 
 def test_pick_device_cpu():
