@@ -442,6 +442,10 @@ def main(args: Args) -> dict:
             ring_lengths.scatter_(0, slots, infos["episode"]["l"].float())
             episodes_done.add_(finished.sum())
 
+        # Compiled too: the env's dynamics, autoreset and episode bookkeeping are dozens of elementwise ops per
+        # step that fuse into a few kernels (captured uncompiled, each op is a kernel of its own).
+        env_step = compiled(env_step, args.compile)
+
         def whole_iteration() -> dict:
             env_step(act_first(link.send()))
             for _ in range(num_steps - 1):

@@ -41,6 +41,9 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         # (a torch.Generator would have to be registered with the graph) and a seed gives the same on any device.
         self.seed_key = torch.tensor(_signed(seed if seed is not None else torch.seed()), device=self.device)
         self.draws = torch.zeros((), dtype=torch.long, device=self.device)
+        # A tensor, not a Python int: torch.compile would fold arange(n) * int into an index expression that
+        # overflows int64.
+        self.position_key = torch.tensor(_signed(0xBF58476D1CE4E5B9), device=self.device)
         self.state = self.initial_state(num_envs)
         self.elapsed = torch.zeros(num_envs, dtype=torch.long, device=self.device)
         self.episode_return = torch.zeros(num_envs, dtype=dtype, device=self.device)
@@ -49,7 +52,7 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         """Uniform in [low, high): splitmix64 of (seed, draw number, position), 24 bits per number."""
         n = math.prod(shape)
         z = self.seed_key * _signed(0xD1B54A32D192ED03) + self.draws * _signed(0x9E3779B97F4A7C15)
-        z = z + torch.arange(n, device=self.device) * _signed(0xBF58476D1CE4E5B9)
+        z = z + torch.arange(n, device=self.device) * self.position_key
         z = (z ^ _shift_right(z, 30)) * _signed(0xBF58476D1CE4E5B9)
         z = (z ^ _shift_right(z, 27)) * _signed(0x94D049BB133111EB)
         z = z ^ _shift_right(z, 31)

@@ -42,6 +42,7 @@ def test_reverse_scan_is_gae_recursion():
 
 @pytest.mark.parametrize("env_id, overrides", [
     ("CartPole-v1", {"num_steps": 32}),
+    ("CartPole-v1", {"num_steps": 32, "env_backend": "torch"}),  # the env step is compiled too
     ("Pendulum-v1", {"num_steps": 64, "num_minibatches": 4, "update_epochs": 2}),
 ])
 def test_eager_and_compile_give_the_same_first_updates(tmp_path, env_id, overrides):
