@@ -283,7 +283,7 @@ def main(args: Args) -> dict:
                     alpha_step()
                     alpha.copy_(log_alpha.detach().exp())
                     metrics[3].copy_(loss.detach())
-                    metrics[4].copy_(alpha.squeeze())
+                    metrics[-1].copy_(alpha.squeeze())
         soft_update(target_params, online_params, args.tau)
 
     def path(fn):
