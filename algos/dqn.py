@@ -26,6 +26,7 @@ from common import (
     check,
     check_run_args,
     cli,
+    compiled,
     export_policy,
     final_observations,
     finished_episodes,
@@ -171,7 +172,11 @@ def main(args: Args) -> dict:
         last_action.copy_(action)
         return action
 
-    def update() -> tuple[torch.Tensor, torch.Tensor]:
+    # The latest loss and mean Q, written in place by the update (a replay then clones no outputs); the host
+    # reads them only when it logs.
+    metrics = torch.zeros(2, device=device)
+
+    def update() -> None:
         idx = (torch.rand(args.batch_size, device=device) * rb_size).long()
         with torch.no_grad():
             target_max = target_network(rb_next_obs[idx]).max(dim=1).values
@@ -181,14 +186,17 @@ def main(args: Args) -> dict:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        return loss.detach(), old_val.mean().detach()
-
-    act_and_store = accelerate(act_and_store, compile=args.compile, cudagraphs=cudagraphs, device=device)
-    update = accelerate(update, compile=args.compile, cudagraphs=cudagraphs, device=device)
-    online_params, target_params = list(q_network.parameters()), list(target_network.parameters())
+        metrics.copy_(torch.stack([loss, old_val.mean()]).detach())
 
     link = (DeviceLink(n_envs, obs_dim, device) if args.env_backend == "torch"
             else HostLink(n_envs, obs_dim, (), torch.long, device))
+    # One env step's device work is one call: the env's answer in, store and act, the action out.
+    act_and_store = compiled(act_and_store, args.compile)
+    act_step = accelerate(lambda: link.push(act_and_store(link.pull())), compile=False, cudagraphs=cudagraphs,
+                          device=device, compiled_inside=args.compile)
+    update = accelerate(update, compile=args.compile, cudagraphs=cudagraphs, device=device)
+    online_params, target_params = list(q_network.parameters()), list(target_network.parameters())
+
     checkpoints = Checkpoints(
         args, logger.dir, "dqn", same=("env_id", "num_envs", "buffer_size", "total_timesteps"),
         modules={"q_network": q_network, "target_network": target_network, "optimizer": optimizer},
@@ -211,24 +219,24 @@ def main(args: Args) -> dict:
     next_iteration, completed = start_iteration, False
     try:
         for iteration in range(start_iteration, num_iterations):
-            action = act_and_store(link.send())
-            link.fetch(action)
+            act_step()
+            link.ready()
             if global_step > args.learning_starts and iteration % args.train_frequency == 0:
                 # Launched before the env steps: the update runs on the GPU while the CPU simulates.
-                loss, q_mean = update()
+                update()
                 updates += 1
                 if updates == steady_after:
                     logger.mark_steady(global_step)
                 if updates % args.log_every == 0:
-                    logger.log(global_step, td_loss=loss.item(), q_values=q_mean.item(), epsilon=epsilon.item())
+                    td_loss, q_values = metrics.tolist()
+                    logger.log(global_step, td_loss=td_loss, q_values=q_values, epsilon=epsilon.item())
             if iteration % (args.target_network_frequency // n_envs or 1) == 0:
                 soft_update(target_params, online_params, args.tau)
 
             next_obs, rewards, terminations, truncations, infos = envs.step(link.wait())
             global_step += n_envs
             link.put(rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
-            for episodic_return, length in finished_episodes(infos):
-                logger.episode(global_step, episodic_return, length)
+            logger.log_episodes(global_step, finished_episodes(infos))
             logger.progress(global_step)
             next_iteration = iteration + 1
             if checkpoints.due(global_step, n_envs):
@@ -242,7 +250,7 @@ def main(args: Args) -> dict:
         extra = {}
         if completed and args.measure_floor and logger.steady_step is not None:
             extra["floor_us"] = floor_us(  # one env step: an act, and an update every train-frequency steps
-                lambda i: (act_and_store(link.dev_in), i % args.train_frequency == 0 and update()), device)
+                lambda i: (act_step(), i % args.train_frequency == 0 and update()), device)
         summary = logger.close(run_dir=logger.dir, updates=updates, **extra)
     return summary
 

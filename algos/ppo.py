@@ -5,8 +5,10 @@ gets a Gaussian policy with a state-independent log-std and ppo_continuous_actio
 observation and reward normalization, done here on device. Per env step one hot function, `act`, writes the
 previous step's reward into the preallocated rollout storage and samples the next action; the action's copy
 to the host is the only thing the CPU waits for. Per iteration `finish` computes GAE as a parallel reverse
-scan and draws the minibatch permutations, all on device; then `update` takes one clipped-PPO Adam step per
-minibatch, with the learning rate annealed through a device tensor.
+scan, the values it needs (batched over the rollout: no critic on the per-step path), the minibatch
+permutations and the next rollout's sampling noise, all on device; then `update` takes one clipped-PPO Adam
+step per minibatch, with the learning rate annealed through a device tensor. Captured, an env step is one
+graph launch and all of `finish` and the epochs of updates are another.
 """
 
 from __future__ import annotations
@@ -118,14 +120,15 @@ class Agent(nn.Module):
     def value(self, obs):
         return self.critic(obs).squeeze(-1)
 
-    def sample(self, obs):
-        """(action, its log-probability): Gumbel-max for categorical, reparameterized Gaussian otherwise."""
+    def sample(self, obs, noise):
+        """(action, its log-probability) from noise drawn beforehand: Gumbel noise for categorical (Gumbel-max),
+        standard normal for the reparameterized Gaussian."""
         out = self.actor(obs)
         if self.discrete:
             logp = out.log_softmax(-1)
-            action = (logp - torch.log(-torch.log(torch.rand_like(logp)))).argmax(-1)
+            action = (logp + noise).argmax(-1)
             return action, logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        action = out + self.actor_logstd.exp() * torch.randn_like(out)
+        action = out + self.actor_logstd.exp() * noise
         return action, self.gaussian_logp(out, action)
 
     def evaluate(self, obs, action):
@@ -288,6 +291,11 @@ def main(args: Args) -> dict:
     values = torch.zeros(num_steps, n_envs, device=device)
     rewards = torch.zeros(num_steps, n_envs, device=device)
     ended = torch.zeros(num_steps, n_envs, device=device)  # the episode ended after this step
+    truncated_at = torch.zeros(num_steps, n_envs, device=device)  # ... at a time limit
+    reached_obs_buf = torch.zeros(num_steps, n_envs, obs_dim, device=device)  # normalized, for the bootstrap
+    # The rollout's sampling noise, drawn in one go before it: the per-step act then has no random op, and its
+    # graph replays without the RNG bookkeeping a random op adds (two more launches per step).
+    noise = torch.zeros(num_steps, n_envs, n_out, device=device)
     advantages = torch.zeros(batch_size, device=device)
     returns = torch.zeros(batch_size, device=device)
     permutations = torch.zeros(args.update_epochs, batch_size, dtype=torch.long, device=device)
@@ -304,6 +312,12 @@ def main(args: Args) -> dict:
         """storage[index] = value for a 0-dim device index: plain indexing would read the index on the host."""
         storage.index_copy_(0, index.view(1), value.unsqueeze(0))
 
+    def draw_noise():
+        if discrete:
+            noise.copy_(-torch.log(-torch.log(torch.rand_like(noise))))
+        else:
+            noise.normal_()
+
     def normalize_obs(obs, update: bool):
         if not args.normalize:
             return obs
@@ -312,45 +326,46 @@ def main(args: Args) -> dict:
         return ((obs - obs_rms.mean) / torch.sqrt(obs_rms.var + 1e-8)).clamp(-10, 10)
 
     def record(step_in, slot):
-        """Store the env's answer (reward, episode end) to the action taken at `slot`."""
+        """Store the env's answer (reward, episode end, state reached) to the action taken at `slot`."""
         _, reward, terminated, truncated, reached_obs, _ = HostLink.unpack(step_in, obs_dim)
         if args.normalize:  # gymnasium's NormalizeReward: scale by the std of a discounted return, then clip
             discounted_return.copy_(discounted_return * args.gamma * (1 - terminated) + reward)
             return_rms.update(discounted_return)
             reward = (reward / torch.sqrt(return_rms.var + 1e-8)).clamp(-10, 10)
-        # Truncation is not termination: bootstrap through a time limit with the value of the state reached.
-        with torch.no_grad():
-            reached_value = agent.value(normalize_obs(reached_obs, update=False))
-        put(rewards, slot, reward + args.gamma * reached_value * truncated)
+        put(rewards, slot, reward)
         put(ended, slot, torch.maximum(terminated, truncated))
+        put(truncated_at, slot, truncated)
+        put(reached_obs_buf, slot, normalize_obs(reached_obs, update=False))
 
     def act(step_in: torch.Tensor, record_previous: bool) -> torch.Tensor:
         if record_previous:
             record(step_in, step_index - 1)
         obs = normalize_obs(HostLink.unpack(step_in, obs_dim)[-1], update=True)
         with torch.no_grad():
-            action, logprob = agent.sample(obs)
-            value = agent.value(obs)
+            action, logprob = agent.sample(obs, noise.index_select(0, step_index.view(1)).squeeze(0))
         put(obs_buf, step_index, obs)
         put(actions, step_index, action)
         put(logprobs, step_index, logprob)
-        put(values, step_index, value)
         step_index.add_(1)
         return action if discrete else action.clamp(action_low, action_high)  # the env gets a valid action
 
     def finish(step_in: torch.Tensor) -> None:
-        """The rollout's last reward, GAE over the whole rollout, and every epoch's minibatch permutation."""
+        """The rollout's last reward, its values, GAE, every epoch's minibatch permutation, the next noise."""
         record(step_in, last_slot)
         step_index.zero_()
-        with torch.no_grad():
+        with torch.no_grad():  # the parameters did not change during the rollout: one batched pass
+            values.copy_(agent.value(obs_buf))
             next_value = agent.value(normalize_obs(HostLink.unpack(step_in, obs_dim)[-1], update=False))
+            # Truncation is not termination: bootstrap through a time limit with the value of the state reached.
+            bootstrap = args.gamma * agent.value(reached_obs_buf) * truncated_at
         next_values = torch.cat([values[1:], next_value.unsqueeze(0)])
         not_ended = 1 - ended
-        deltas = rewards + args.gamma * next_values * not_ended - values
+        deltas = rewards + bootstrap + args.gamma * next_values * not_ended - values
         gae = reverse_scan(deltas, args.gamma * args.gae_lambda * not_ended)
         advantages.copy_(gae.flatten())
         returns.copy_((gae + values).flatten())
         permutations.copy_(torch.rand(args.update_epochs, batch_size, device=device).argsort(dim=1))
+        draw_noise()
 
     b_obs, b_actions = obs_buf.view(batch_size, obs_dim), actions.view(batch_size, *action_shape)
     b_logprobs, b_values = logprobs.view(batch_size), values.view(batch_size)
@@ -404,19 +419,15 @@ def main(args: Args) -> dict:
         clip_and_step()
         return stats
 
-    def path(fn):
-        return accelerate(fn, compile=args.compile, cudagraphs=cudagraphs, device=device)
-
-    # With envs on the device (--env-backend torch) a whole iteration (rollout, GAE, every epoch of updates) is
-    # one function: its parts are compiled and the function calling them is captured whole, one replay per
-    # iteration. With CPU envs each part is captured on its own and the loop steps the envs in between.
+    # The parts are compiled; the functions that call them are captured whole. With envs on the device
+    # (--env-backend torch) a whole iteration (rollout, GAE, every epoch of updates) is one function, one replay
+    # per iteration. With CPU envs an env step (answer in, act, action out) is one and the learning from the
+    # rollout (finish and every epoch of updates) is another, and the loop steps the envs in between.
     on_device = args.env_backend == "torch"
-    part = (lambda fn: compiled(fn, args.compile)) if on_device else path
-    act_first = part(lambda step_in: act(step_in, record_previous=False))  # the previous reward went to finish
-    act_next = part(lambda step_in: act(step_in, record_previous=True))
-    finish = part(finish)
-    if not on_device:
-        update = accelerate(update, compile=False, cudagraphs=cudagraphs, device=device, compiled_inside=args.compile)
+    act_first = compiled(lambda step_in: act(step_in, record_previous=False), args.compile)  # see finish
+    act_next = compiled(lambda step_in: act(step_in, record_previous=True), args.compile)
+    finish = compiled(finish, args.compile)
+    draw_noise()  # the first rollout's
 
     def train_on_rollout() -> dict:
         stats = {}
@@ -424,6 +435,9 @@ def main(args: Args) -> dict:
             for start in range(0, batch_size, minibatch_size):
                 stats = update(permutations[epoch, start : start + minibatch_size])
         return stats
+
+    def captured(fn):
+        return accelerate(fn, compile=False, cudagraphs=cudagraphs, device=device, compiled_inside=args.compile)
 
     if on_device:
         link = DeviceLink(n_envs, obs_dim, device)
@@ -447,20 +461,22 @@ def main(args: Args) -> dict:
         env_step = compiled(env_step, args.compile)
 
         def whole_iteration() -> dict:
-            env_step(act_first(link.send()))
+            env_step(act_first(link.pull()))
             for _ in range(num_steps - 1):
-                env_step(act_next(link.send()))
-            finish(link.send())
+                env_step(act_next(link.pull()))
+            finish(link.pull())
             return train_on_rollout()
 
-        whole_iteration = accelerate(whole_iteration, compile=False, cudagraphs=cudagraphs, device=device,
-                                     compiled_inside=args.compile)
+        whole_iteration = captured(whole_iteration)
     else:
         link = HostLink(n_envs, obs_dim, action_shape, torch.long if discrete else torch.float32, device)
+        step_first = captured(lambda: link.push(act_first(link.pull())))
+        step_next = captured(lambda: link.push(act_next(link.pull())))
+        learn = captured(lambda: (finish(link.pull()), train_on_rollout())[1])
 
     recent_returns: collections.deque = collections.deque(maxlen=100)
     # State carried from one iteration to the next (the rollout storage is refilled): saved for --resume.
-    tensors = {"discounted_return": discounted_return, "step_index": step_index}
+    tensors = {"discounted_return": discounted_return, "step_index": step_index, "noise": noise}
     if on_device:
         tensors.update(ring_returns=ring_returns, ring_lengths=ring_lengths, episodes_done=episodes_done)
     checkpoints = Checkpoints(
@@ -494,24 +510,23 @@ def main(args: Args) -> dict:
                 total = int(episodes_done)  # the one read of the device per iteration
                 new = min(total - episodes_seen, ring)
                 slots = torch.arange(total - new, total, device=device) % ring
-                for episodic_return, length in zip(ring_returns[slots].tolist(), ring_lengths[slots].tolist(),
-                                                   strict=True):
-                    logger.episode(global_step, episodic_return, int(length))
-                    recent_returns.append(episodic_return)
+                finished = list(zip(ring_returns[slots].tolist(), ring_lengths[slots].tolist(), strict=True))
+                logger.log_episodes(global_step, finished)
+                recent_returns.extend(episodic_return for episodic_return, _ in finished)
                 episodes_seen = total
                 logger.progress(global_step)
             else:
                 for step in range(num_steps):
-                    link.fetch((act_next if step else act_first)(link.send()))
+                    (step_next if step else step_first)()
+                    link.ready()
                     next_obs, env_rewards, terminations, truncations, infos = envs.step(link.wait())
                     global_step += n_envs * world
                     link.put(env_rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
-                    for episodic_return, length in finished_episodes(infos):
-                        logger.episode(global_step, episodic_return, length)
-                        recent_returns.append(episodic_return)
+                    finished = finished_episodes(infos)
+                    logger.log_episodes(global_step, finished)
+                    recent_returns.extend(episodic_return for episodic_return, _ in finished)
                     logger.progress(global_step)
-                finish(link.send())
-                stats = train_on_rollout()
+                stats = learn()
             if iteration == start_iteration + 3:  # every hot function compiled and captured
                 logger.mark_steady(global_step)
             mean_recent = mean_over_ranks(recent_returns) if world > 1 else (
@@ -540,11 +555,10 @@ def main(args: Args) -> dict:
                 if on_device:  # the env steps are on the device too: the floor is the whole iteration's replay
                     whole_iteration()
                     return
-                act_first(link.dev_in)
+                step_first()
                 for _ in range(num_steps - 1):
-                    act_next(link.dev_in)
-                finish(link.dev_in)
-                train_on_rollout()
+                    step_next()
+                learn()
 
             extra["floor_us"] = floor_us(iteration_on_device, device, calls=3) / batch_size
         if completed and world > 1:

@@ -289,12 +289,13 @@ def main(args: Args) -> dict:
     def path(fn):
         return accelerate(fn, compile=False, cudagraphs=cudagraphs, device=device, compiled_inside=args.compile)
 
-    act_and_store = accelerate(act_and_store, compile=args.compile, cudagraphs=cudagraphs, device=device)
-    update_critics = path(lambda: update(update_actor=False))
-    update_all = path(lambda: update(update_actor=True))
-
     link = (DeviceLink(n_envs, obs_dim, device) if args.env_backend == "torch"
             else HostLink(n_envs, obs_dim, (action_dim,), torch.float32, device))
+    # One env step's device work is one call: the env's answer in, store and act, the action out.
+    act_and_store = compiled(act_and_store, args.compile)
+    act_step = path(lambda: link.push(act_and_store(link.pull())))
+    update_critics = path(lambda: update(update_actor=False))
+    update_all = path(lambda: update(update_actor=True))
     checkpoints = Checkpoints(
         args, logger.dir, "sac", same=("env_id", "num_envs", "buffer_size", "total_timesteps"),
         modules={"actor": actor, "qf": qf, "qf_target": qf_target,
@@ -321,7 +322,8 @@ def main(args: Args) -> dict:
     next_iteration, completed = start_iteration, False
     try:
         for iteration in range(start_iteration, num_iterations):
-            link.fetch(act_and_store(link.send()))
+            act_step()
+            link.ready()
             if global_step > args.learning_starts:
                 # Launched before the env steps: the update runs on the GPU while the CPU simulates.
                 actor_updated = actor_updated or iteration % args.policy_frequency == 0
@@ -337,8 +339,7 @@ def main(args: Args) -> dict:
             next_obs, rewards, terminations, truncations, infos = envs.step(link.wait())
             global_step += n_envs
             link.put(rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
-            for episodic_return, length in finished_episodes(infos):
-                logger.episode(global_step, episodic_return, length)
+            logger.log_episodes(global_step, finished_episodes(infos))
             logger.progress(global_step)
             next_iteration = iteration + 1
             if checkpoints.due(global_step, n_envs):
@@ -353,7 +354,7 @@ def main(args: Args) -> dict:
         if completed and args.measure_floor and logger.steady_step is not None:
             updates_in_turn = [update_all] + [update_critics] * (args.policy_frequency - 1)
             extra["floor_us"] = floor_us(
-                lambda i: (act_and_store(link.dev_in), updates_in_turn[i % args.policy_frequency]()), device)
+                lambda i: (act_step(), updates_in_turn[i % args.policy_frequency]()), device)
         summary = logger.close(run_dir=logger.dir, updates=updates, **extra)
     return summary
 

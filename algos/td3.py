@@ -191,7 +191,7 @@ def main(args: Args) -> dict:
             next_q = rb_rewards[idx] + (1 - rb_dones[idx]) * args.gamma * min_next_q
         qf1_values, qf2_values = qf1(obs, actions), qf2(obs, actions)
         qf_loss = F.mse_loss(qf1_values, next_q) + F.mse_loss(qf2_values, next_q)
-        return qf_loss, obs, {"qf_loss": qf_loss.detach(), "qf1_values": qf1_values.detach().mean()}
+        return qf_loss, obs, torch.stack([qf_loss, qf1_values.mean()]).detach()
 
     def actor_loss(obs):
         return -qf1(obs, actor(obs)).mean()
@@ -202,29 +202,35 @@ def main(args: Args) -> dict:
     critic_loss, actor_loss = compiled(critic_loss, args.compile), compiled(actor_loss, args.compile)
     q_step, actor_step = compiled(q_optimizer.step, args.compile), compiled(actor_optimizer.step, args.compile)
 
-    def update(update_actor: bool):
+    # The latest losses, written in place by the update: it returns nothing, so a replay clones no outputs,
+    # and the host reads them only when it logs. The actor's loss is logged once the actor has been updated.
+    metric_names = ["qf_loss", "qf1_values", "actor_loss"]
+    metrics = torch.zeros(len(metric_names), device=device)
+
+    def update(update_actor: bool) -> None:
         q_optimizer.zero_grad()
-        qf_loss, obs, metrics = critic_loss()
+        qf_loss, obs, critic_metrics = critic_loss()
         qf_loss.backward()
         q_step()
+        metrics[:2].copy_(critic_metrics)
         if update_actor:  # a Python branch outside the graphs: two captured variants, chosen per env step
             actor_optimizer.zero_grad()
             loss = actor_loss(obs)
             loss.backward()
             actor_step()
             soft_update(target_params, online_params, args.tau)
-            metrics["actor_loss"] = loss.detach()
-        return metrics
+            metrics[2].copy_(loss.detach())
 
     def path(fn):
         return accelerate(fn, compile=False, cudagraphs=cudagraphs, device=device, compiled_inside=args.compile)
 
-    act_and_store = accelerate(act_and_store, compile=args.compile, cudagraphs=cudagraphs, device=device)
-    update_critics = path(lambda: update(update_actor=False))
-    update_all = path(lambda: update(update_actor=True))
-
     link = (DeviceLink(n_envs, obs_dim, device) if args.env_backend == "torch"
             else HostLink(n_envs, obs_dim, (action_dim,), torch.float32, device))
+    # One env step's device work is one call: the env's answer in, store and act, the action out.
+    act_and_store = compiled(act_and_store, args.compile)
+    act_step = path(lambda: link.push(act_and_store(link.pull())))
+    update_critics = path(lambda: update(update_actor=False))
+    update_all = path(lambda: update(update_actor=True))
     checkpoints = Checkpoints(
         args, logger.dir, "td3", same=("env_id", "num_envs", "buffer_size", "total_timesteps"),
         modules={"actor": actor, "qf1": qf1, "qf2": qf2, "target_actor": target_actor, "qf1_target": qf1_target,
@@ -243,27 +249,30 @@ def main(args: Args) -> dict:
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "updates": updates}
 
+    actor_updated = updates >= args.policy_frequency  # one of any policy_frequency updates steps the actor
     steady_after = updates + 4 * args.policy_frequency  # both update variants compiled and captured
 
     num_iterations = -(-args.total_timesteps // n_envs)
     next_iteration, completed = start_iteration, False
     try:
         for iteration in range(start_iteration, num_iterations):
-            link.fetch(act_and_store(link.send()))
+            act_step()
+            link.ready()
             if global_step > args.learning_starts:
                 # Launched before the env steps: the update runs on the GPU while the CPU simulates.
-                metrics = (update_all if iteration % args.policy_frequency == 0 else update_critics)()
+                actor_updated = actor_updated or iteration % args.policy_frequency == 0
+                (update_all if iteration % args.policy_frequency == 0 else update_critics)()
                 updates += 1
                 if updates == steady_after:
                     logger.mark_steady(global_step)
                 if updates % args.log_every == 0:
-                    logger.log(global_step, **{k: v.item() for k, v in metrics.items()})
+                    logged = dict(zip(metric_names, metrics.tolist(), strict=True))
+                    logger.log(global_step, **{k: v for k, v in logged.items() if actor_updated or k != "actor_loss"})
 
             next_obs, rewards, terminations, truncations, infos = envs.step(link.wait())
             global_step += n_envs
             link.put(rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
-            for episodic_return, length in finished_episodes(infos):
-                logger.episode(global_step, episodic_return, length)
+            logger.log_episodes(global_step, finished_episodes(infos))
             logger.progress(global_step)
             next_iteration = iteration + 1
             if checkpoints.due(global_step, n_envs):
@@ -278,7 +287,7 @@ def main(args: Args) -> dict:
         if completed and args.measure_floor and logger.steady_step is not None:
             updates_in_turn = [update_all] + [update_critics] * (args.policy_frequency - 1)
             extra["floor_us"] = floor_us(
-                lambda i: (act_and_store(link.dev_in), updates_in_turn[i % args.policy_frequency]()), device)
+                lambda i: (act_step(), updates_in_turn[i % args.policy_frequency]()), device)
         summary = logger.close(run_dir=logger.dir, updates=updates, **extra)
     return summary
 

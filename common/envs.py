@@ -51,7 +51,9 @@ def make_env(
 
     vector_cls = gym.vector.AsyncVectorEnv if asynchronous else gym.vector.SyncVectorEnv
     try:
-        envs = vector_cls([thunk(i) for i in range(num_envs)], autoreset_mode=mode)
+        # copy=False: the observations a step returns are the env's own buffer, valid until the next step;
+        # every script copies them out at once (HostLink.put), so a defensive copy per step buys nothing.
+        envs = vector_cls([thunk(i) for i in range(num_envs)], autoreset_mode=mode, copy=False)
     except gym.error.DependencyNotInstalled as err:
         raise _missing_extra(env_id, err) from None
     _check_action_space(envs, env_id, action, algo)

@@ -85,10 +85,20 @@ class RunLogger:
                 raise TrainingStopped(f"{name} became {value} at step {step}; lower the learning rate or check the "
                                       f"rewards (metrics and, with --save-model, a checkpoint are in {self.dir})")
 
-    def episode(self, step: int, episodic_return: float, length: int) -> None:
-        self.returns.append(episodic_return)
-        self.episodes += 1
-        self.log(step, episodic_return=episodic_return, episodic_length=length)
+    def log_episodes(self, step: int, finished: list[tuple[float, int]]) -> None:
+        """The (return, length) of each episode that ended by `step`: one write and flush for all of them
+        (thousands of envs end hundreds of episodes per iteration)."""
+        if not finished:
+            return
+        seconds = round(self.elapsed(), 4)
+        for episodic_return, length in finished:
+            self.returns.append(episodic_return)
+            self._csv.writerow([step, seconds, "episodic_return", float(episodic_return)])
+            self._csv.writerow([step, seconds, "episodic_length", float(length)])
+            if self._wandb is not None:
+                self._wandb.log({"episodic_return": episodic_return, "episodic_length": length}, step=step)
+        self.episodes += len(finished)
+        self._csv_file.flush()
 
     def mean_return(self) -> float:
         return sum(self.returns) / len(self.returns) if self.returns else float("nan")
@@ -176,7 +186,7 @@ class SilentLogger:
     def log(self, step: int, **metrics: float) -> None:
         pass
 
-    def episode(self, step: int, episodic_return: float, length: int) -> None:
+    def log_episodes(self, step: int, finished: list[tuple[float, int]]) -> None:
         pass
 
     def progress(self, step: int) -> None:

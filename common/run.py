@@ -224,11 +224,12 @@ class HostLink:
 
     The env's results go into a pinned host buffer with one row per env, laid out as
     `[valid, reward, terminated, truncated, reached obs, next obs]` (`reached` is the observation the step
-    actually reached, `next` the one to act on, which differs only where an episode just ended), and
-    `send()` starts one asynchronous copy to the device. `unpack` splits the device tensor inside a hot
-    function. `fetch(action)` starts copying the action into pinned memory and records an event; `wait()`
-    blocks on that event only (never a full synchronize), so GPU work launched after `fetch` (an update)
-    keeps running while the CPU steps the env.
+    actually reached, `next` the one to act on, which differs only where an episode just ended). Inside the
+    hot function, `pull()` copies that buffer to the device and `push(action)` copies the action into pinned
+    memory: captured, both copies are part of the step's graph, so a step is one launch with no inputs to
+    stage and no outputs to clone. After the call, `ready()` records an event and `wait()` blocks on it only
+    (never a full synchronize), so GPU work launched after `ready()` (an update) keeps running while the CPU
+    steps the env. `unpack` splits the device tensor inside a hot function.
     """
 
     def __init__(self, n_envs: int, obs_dim: int, action_shape: tuple, action_dtype: torch.dtype,
@@ -261,13 +262,18 @@ class HostLink:
         return (step_in[0, 0], step_in[:, 1], step_in[:, 2], step_in[:, 3], step_in[:, 4 : 4 + obs_dim],
                 step_in[:, 4 + obs_dim :])
 
-    def send(self) -> torch.Tensor:
+    def pull(self) -> torch.Tensor:
+        """The env's last answer on the device (call inside the hot function)."""
         if self.event is not None:
             self.dev_in.copy_(self.host_in, non_blocking=True)
         return self.dev_in
 
-    def fetch(self, action: torch.Tensor) -> None:
+    def push(self, action: torch.Tensor) -> None:
+        """Start the action's copy to the host (call inside the hot function)."""
         self.host_out.copy_(action, non_blocking=True)
+
+    def ready(self) -> None:
+        """Mark the action pushed by the call just made: `wait()` returns once it has arrived."""
         if self.event is not None:
             self.event.record()
 
@@ -302,11 +308,14 @@ class DeviceLink:
         columns = [torch.ones_like(rewards), rewards, terminations, truncations]
         self.dev_in.copy_(torch.cat([torch.stack(columns, 1).to(self.dev_in.dtype), reached_obs, next_obs], 1))
 
-    def send(self) -> torch.Tensor:
+    def pull(self) -> torch.Tensor:
         return self.dev_in
 
-    def fetch(self, action: torch.Tensor) -> None:
+    def push(self, action: torch.Tensor) -> None:
         self.action = action
+
+    def ready(self) -> None:
+        pass
 
     def wait(self) -> torch.Tensor:
         return self.action

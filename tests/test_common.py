@@ -89,13 +89,14 @@ def test_accelerate_eager_is_identity():
 def test_host_link_roundtrip_cpu():
     link = HostLink(2, 3, (), torch.long, torch.device("cpu"))
     link.first(np.ones((2, 3)))
-    valid, *_, next_obs = HostLink.unpack(link.send(), 3)
+    valid, *_, next_obs = HostLink.unpack(link.pull(), 3)
     assert valid == 0 and torch.equal(next_obs, torch.ones(2, 3))
     link.put(np.array([1.0, 2.0]), np.array([True, False]), np.array([False, True]), np.zeros((2, 3)), np.ones((2, 3)))
-    valid, reward, terminated, truncated, reached, next_obs = HostLink.unpack(link.send(), 3)
+    valid, reward, terminated, truncated, reached, next_obs = HostLink.unpack(link.pull(), 3)
     assert valid == 1 and reward.tolist() == [1.0, 2.0] and terminated.tolist() == [1.0, 0.0]
     assert truncated.tolist() == [0.0, 1.0] and reached.sum() == 0 and next_obs.sum() == 6
-    link.fetch(torch.tensor([1, 2]))
+    link.push(torch.tensor([1, 2]))
+    link.ready()
     np.testing.assert_array_equal(link.wait(), [1, 2])
 
 
@@ -109,7 +110,7 @@ class _Args:
 def test_run_logger_writes_metrics_and_summary(tmp_path):
     logger = RunLogger(_Args(), "algo", total_steps=3000, run_root=str(tmp_path))
     logger.log(10, loss=0.5)
-    logger.episode(20, 12.0, 12)
+    logger.log_episodes(20, [(12.0, 12)])
     logger.mark_steady(100)
     for step in range(100, 3001, 100):
         logger.progress(step)
