@@ -20,6 +20,8 @@ SHORT_RUNS = {
     "td3": ("td3", {"env_id": "Pendulum-v1", "total_timesteps": 140, "learning_starts": 100}, "qf_loss"),
     "sac": ("sac", {"env_id": "Pendulum-v1", "total_timesteps": 140, "learning_starts": 100}, "qf_loss"),
     "ppo": ("ppo", {"num_steps": 16, "total_timesteps": 4 * 16 * 12}, "policy_loss"),
+    "ppo-torch-envs": ("ppo", {"env_backend": "torch", "num_steps": 16, "total_timesteps": 4 * 16 * 12},
+                       "policy_loss"),
     "ppo-continuous": ("ppo", {"env_id": "Pendulum-v1", "num_envs": 2, "num_steps": 32, "num_minibatches": 4,
                                "update_epochs": 2, "total_timesteps": 2 * 32 * 12}, "value_loss"),
 }
