@@ -5,10 +5,10 @@ gets a Gaussian policy with a state-independent log-std and ppo_continuous_actio
 observation and reward normalization, done here on device. Per env step one hot function, `act`, writes the
 previous step's reward into the preallocated rollout storage and samples the next action; the action's copy
 to the host is the only thing the CPU waits for. Per iteration `finish` computes GAE as a parallel reverse
-scan, the values it needs (batched over the rollout: no critic on the per-step path), the minibatch
-permutations and the next rollout's sampling noise, all on device; then `update` takes one clipped-PPO Adam
-step per minibatch, with the learning rate annealed through a device tensor. Captured, an env step is one
-graph launch and all of `finish` and the epochs of updates are another.
+scan, the values it needs (batched over the rollout: no critic on the per-step path) and the minibatch
+permutations, all on device, and the next rollout's sampling noise is drawn; then `update` takes one
+clipped-PPO Adam step per minibatch, with the learning rate annealed through a device tensor. Captured, an
+env step is one graph launch and all of the learning from a rollout is another.
 """
 
 from __future__ import annotations
@@ -313,6 +313,8 @@ def main(args: Args) -> dict:
         storage.index_copy_(0, index.view(1), value.unsqueeze(0))
 
     def draw_noise():
+        """The next rollout's noise. Called after `finish`, never inside it: compiled code may reorder two
+        independent random ops (torch 2.11 does), and then the paths would draw different numbers."""
         if discrete:
             noise.copy_(-torch.log(-torch.log(torch.rand_like(noise))))
         else:
@@ -350,7 +352,7 @@ def main(args: Args) -> dict:
         return action if discrete else action.clamp(action_low, action_high)  # the env gets a valid action
 
     def finish(step_in: torch.Tensor) -> None:
-        """The rollout's last reward, its values, GAE, every epoch's minibatch permutation, the next noise."""
+        """The rollout's last reward, its values, GAE and every epoch's minibatch permutation."""
         record(step_in, last_slot)
         step_index.zero_()
         with torch.no_grad():  # the parameters did not change during the rollout: one batched pass
@@ -365,7 +367,6 @@ def main(args: Args) -> dict:
         advantages.copy_(gae.flatten())
         returns.copy_((gae + values).flatten())
         permutations.copy_(torch.rand(args.update_epochs, batch_size, device=device).argsort(dim=1))
-        draw_noise()
 
     b_obs, b_actions = obs_buf.view(batch_size, obs_dim), actions.view(batch_size, *action_shape)
     b_logprobs, b_values = logprobs.view(batch_size), values.view(batch_size)
@@ -465,6 +466,7 @@ def main(args: Args) -> dict:
             for _ in range(num_steps - 1):
                 env_step(act_next(link.pull()))
             finish(link.pull())
+            draw_noise()
             return train_on_rollout()
 
         whole_iteration = captured(whole_iteration)
@@ -472,7 +474,7 @@ def main(args: Args) -> dict:
         link = HostLink(n_envs, obs_dim, action_shape, torch.long if discrete else torch.float32, device)
         step_first = captured(lambda: link.push(act_first(link.pull())))
         step_next = captured(lambda: link.push(act_next(link.pull())))
-        learn = captured(lambda: (finish(link.pull()), train_on_rollout())[1])
+        learn = captured(lambda: (finish(link.pull()), draw_noise(), train_on_rollout())[2])
 
     recent_returns: collections.deque = collections.deque(maxlen=100)
     # State carried from one iteration to the next (the rollout storage is refilled): saved for --resume.

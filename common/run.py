@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import os
 import pickle
 import random
@@ -188,6 +189,12 @@ def accelerate(
         start = time.perf_counter()
         out = fn(*args, **kwargs)
         sync()
+        if calls == slow_calls and compile:
+            # Compiling leaves many long-lived objects (graphs, guards, symbolic shapes); the garbage collector
+            # would rescan them all on every full collection, in the middle of the training loop (SAC on the
+            # H200 after a cold compile: 1,825 steps/s without this, 2,338 with it).
+            gc.collect()
+            gc.freeze()
         StartupClock.seconds += time.perf_counter() - start
         return out
 

@@ -1,3 +1,4 @@
+import gc
 import json
 import os
 from dataclasses import dataclass
@@ -84,6 +85,18 @@ def test_accelerate_eager_is_identity():
         return x + 1
 
     assert accelerate(f, compile=False, cudagraphs=False, device=torch.device("cpu")) is f
+
+
+def test_compiled_function_freezes_what_compiling_left_for_the_gc():
+    gc.unfreeze()
+    try:
+        torch._dynamo.reset()
+        fast = accelerate(lambda x: x * 2 + 1, compile=True, cudagraphs=False, device=torch.device("cpu"))
+        assert gc.get_freeze_count() == 0
+        torch.testing.assert_close(fast(torch.ones(3)), torch.full((3,), 3.0))
+        assert gc.get_freeze_count() > 0  # frozen after the compiling call, not rescanned in the loop
+    finally:
+        gc.unfreeze()
 
 
 def test_host_link_roundtrip_cpu():
