@@ -437,7 +437,12 @@ def main(args: Args) -> dict:
                 stats = update(permutations[epoch, start : start + minibatch_size])
         return stats
 
-    def captured(fn):
+    def learn_from_rollout() -> dict:
+        finish(link.pull())
+        draw_noise()
+        return train_on_rollout()
+
+    def path(fn):
         return accelerate(fn, compile=False, cudagraphs=cudagraphs, device=device, compiled_inside=args.compile)
 
     if on_device:
@@ -465,16 +470,14 @@ def main(args: Args) -> dict:
             env_step(act_first(link.pull()))
             for _ in range(num_steps - 1):
                 env_step(act_next(link.pull()))
-            finish(link.pull())
-            draw_noise()
-            return train_on_rollout()
+            return learn_from_rollout()
 
-        whole_iteration = captured(whole_iteration)
+        whole_iteration = path(whole_iteration)
     else:
         link = HostLink(n_envs, obs_dim, action_shape, torch.long if discrete else torch.float32, device)
-        step_first = captured(lambda: link.push(act_first(link.pull())))
-        step_next = captured(lambda: link.push(act_next(link.pull())))
-        learn = captured(lambda: (finish(link.pull()), draw_noise(), train_on_rollout())[2])
+        step_first = path(lambda: link.push(act_first(link.pull())))
+        step_next = path(lambda: link.push(act_next(link.pull())))
+        learn = path(learn_from_rollout)
 
     recent_returns: collections.deque = collections.deque(maxlen=100)
     # State carried from one iteration to the next (the rollout storage is refilled): saved for --resume.

@@ -74,12 +74,7 @@ class RunLogger:
         return time.perf_counter() - self.start
 
     def log(self, step: int, **metrics: float) -> None:
-        seconds = round(self.elapsed(), 4)
-        for name, value in metrics.items():
-            self._csv.writerow([step, seconds, name, float(value)])
-        self._csv_file.flush()
-        if self._wandb is not None:
-            self._wandb.log(metrics, step=step)
+        self._write(step, [metrics])
         for name, value in metrics.items():
             if name.endswith("loss") and not math.isfinite(value):
                 raise TrainingStopped(f"{name} became {value} at step {step}; lower the learning rate or check the "
@@ -90,14 +85,18 @@ class RunLogger:
         (thousands of envs end hundreds of episodes per iteration)."""
         if not finished:
             return
-        seconds = round(self.elapsed(), 4)
-        for episodic_return, length in finished:
-            self.returns.append(episodic_return)
-            self._csv.writerow([step, seconds, "episodic_return", float(episodic_return)])
-            self._csv.writerow([step, seconds, "episodic_length", float(length)])
-            if self._wandb is not None:
-                self._wandb.log({"episodic_return": episodic_return, "episodic_length": length}, step=step)
+        self.returns.extend(episodic_return for episodic_return, _ in finished)
         self.episodes += len(finished)
+        self._write(step, [{"episodic_return": r, "episodic_length": length} for r, length in finished])
+
+    def _write(self, step: int, records: list[dict]) -> None:
+        """Rows of the metrics CSV (and wandb records), flushed once."""
+        seconds = round(self.elapsed(), 4)
+        for metrics in records:
+            for name, value in metrics.items():
+                self._csv.writerow([step, seconds, name, float(value)])
+            if self._wandb is not None:
+                self._wandb.log(metrics, step=step)
         self._csv_file.flush()
 
     def mean_return(self) -> float:
