@@ -90,6 +90,9 @@ class Args(RunArgs):
     """step envs in subprocesses (default: on when there are several envs of a costly simulator)"""
     stop_at_return: float | None = None
     """stop once the mean return of the last 100 episodes reaches this (time-to-solve benchmarks)"""
+    tf32: bool = False
+    """TensorFloat-32 matmuls on CUDA (JAX's default on recent GPUs): big-batch updates run on tensor cores, with
+    products rounded to a 10-bit mantissa"""
 
 
 DISCRETE_DEFAULTS = dict(total_timesteps=500_000, learning_rate=2.5e-4, num_envs=4, num_steps=128,
@@ -258,6 +261,7 @@ def main(args: Args) -> dict:
     rank, world, rank_device = init_distributed(args.cuda)
     device = rank_device or pick_device(args.cuda)
     cudagraphs = resolve_cudagraphs(args.cudagraphs, device)
+    torch.set_float32_matmul_precision("high" if args.tf32 else "highest")
     seed_everything(args.seed + rank)
     envs = make_env(args.env_id, args.num_envs, args.seed + rank, algo="PPO", capture_video=args.capture_video,
                     video_dir=os.path.join(args.runs_dir, "videos"), asynchronous=args.async_envs,
@@ -425,8 +429,6 @@ def main(args: Args) -> dict:
     # per iteration. With CPU envs an env step (answer in, act, action out) is one and the learning from the
     # rollout (finish and every epoch of updates) is another, and the loop steps the envs in between.
     on_device = args.env_backend == "torch"
-    act_first = compiled(lambda step_in: act(step_in, record_previous=False), args.compile)  # see finish
-    act_next = compiled(lambda step_in: act(step_in, record_previous=True), args.compile)
     finish = compiled(finish, args.compile)
     draw_noise()  # the first rollout's
 
@@ -462,19 +464,23 @@ def main(args: Args) -> dict:
             ring_lengths.scatter_(0, slots, infos["episode"]["l"].float())
             episodes_done.add_(finished.sum())
 
-        # Compiled too: the env's dynamics, autoreset and episode bookkeeping are dozens of elementwise ops per
-        # step that fuse into a few kernels (captured uncompiled, each op is a kernel of its own).
-        env_step = compiled(env_step, args.compile)
+        # Act and env step compiled as one function: storing the env's answer, the policy, the dynamics, autoreset
+        # and episode bookkeeping fuse into a few kernels (captured uncompiled, each op is a kernel of its own).
+        # The first step of a rollout has no previous step to record (`finish` recorded it).
+        step_first = compiled(lambda: env_step(act(link.pull(), record_previous=False)), args.compile)
+        step_next = compiled(lambda: env_step(act(link.pull(), record_previous=True)), args.compile)
 
         def whole_iteration() -> dict:
-            env_step(act_first(link.pull()))
+            step_first()
             for _ in range(num_steps - 1):
-                env_step(act_next(link.pull()))
+                step_next()
             return learn_from_rollout()
 
         whole_iteration = path(whole_iteration)
     else:
         link = HostLink(n_envs, obs_dim, action_shape, torch.long if discrete else torch.float32, device)
+        act_first = compiled(lambda step_in: act(step_in, record_previous=False), args.compile)  # see finish
+        act_next = compiled(lambda step_in: act(step_in, record_previous=True), args.compile)
         step_first = path(lambda: link.push(act_first(link.pull())))
         step_next = path(lambda: link.push(act_next(link.pull())))
         learn = path(learn_from_rollout)

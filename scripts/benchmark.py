@@ -56,7 +56,8 @@ class Task:
         return f"{self.algo}-{self.variant}" if self.variant else self.algo
 
 
-TORCH_ENVS_4096 = ("--env-backend", "torch", "--num-envs", "4096", "--num-steps", "128")
+# TF32 matmuls: the JAX PPO this task is compared with multiplies float32 matrices in TF32 by default on GPUs.
+TORCH_ENVS_4096 = ("--env-backend", "torch", "--num-envs", "4096", "--num-steps", "128", "--tf32")
 
 
 # Speed: learning starts early so most of the run is steady-state training.
