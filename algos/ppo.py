@@ -454,6 +454,32 @@ def main(args: Args) -> dict:
         ring = max(100, n_envs)
         ring_returns, ring_lengths = torch.zeros(ring + 1, device=device), torch.zeros(ring + 1, device=device)
         episodes_done = torch.zeros((), dtype=torch.long, device=device)
+        # A host copy of the ring, taken after each iteration without waiting for it: the host logs one
+        # iteration's episodes while the GPU runs the next (thousands of CSV rows take milliseconds).
+        pinned = device.type == "cuda"
+        host_ring = torch.zeros(2, ring + 1, pin_memory=pinned)
+        host_done = torch.zeros((), dtype=torch.long, pin_memory=pinned)
+        ring_copied = torch.cuda.Event() if pinned else None
+
+        def copy_ring() -> None:
+            host_ring[0].copy_(ring_returns, non_blocking=True)
+            host_ring[1].copy_(ring_lengths, non_blocking=True)
+            host_done.copy_(episodes_done, non_blocking=True)
+            if ring_copied is not None:
+                ring_copied.record()
+
+        def log_copied_episodes() -> None:
+            """Log the episodes in the last ring copy that were not logged yet."""
+            nonlocal episodes_seen
+            if ring_copied is not None:
+                ring_copied.synchronize()
+            total = int(host_done)
+            returns, lengths = host_ring.tolist()
+            ended = range(max(episodes_seen, total - ring), total)  # older ones were overwritten
+            finished = [(returns[i % ring], lengths[i % ring]) for i in ended]
+            logger.log_episodes(global_step, finished)
+            recent_returns.extend(episodic_return for episodic_return, _ in finished)
+            episodes_seen = total
 
         def env_step(action: torch.Tensor) -> None:
             next_obs, env_rewards, terminations, truncations, infos = envs.step(action)
@@ -503,6 +529,8 @@ def main(args: Args) -> dict:
         start_iteration, global_step, episodes_seen = saved["iteration"], saved["global_step"], saved["episodes_seen"]
     else:
         link.first(envs.reset(seed=args.seed)[0])
+    if on_device:
+        copy_ring()
 
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "episodes_seen": episodes_seen,
@@ -517,14 +545,9 @@ def main(args: Args) -> dict:
                 lr.fill_(args.learning_rate * (1 - iteration / num_iterations))
             if on_device:
                 stats = whole_iteration()
+                log_copied_episodes()  # those that ended before this iteration, logged while it runs
                 global_step += batch_size * world
-                total = int(episodes_done)  # the one read of the device per iteration
-                new = min(total - episodes_seen, ring)
-                slots = torch.arange(total - new, total, device=device) % ring
-                finished = list(zip(ring_returns[slots].tolist(), ring_lengths[slots].tolist(), strict=True))
-                logger.log_episodes(global_step, finished)
-                recent_returns.extend(episodic_return for episodic_return, _ in finished)
-                episodes_seen = total
+                copy_ring()
                 logger.progress(global_step)
             else:
                 for step in range(num_steps):
@@ -552,6 +575,8 @@ def main(args: Args) -> dict:
             next_iteration = iteration + 1
             if rank == 0 and checkpoints.due(global_step, batch_size * world):
                 checkpoints.save_periodic(envs, link, counters())
+        if on_device:  # the last iteration's episodes
+            log_copied_episodes()
         completed = True
     finally:
         if args.save_model and rank == 0:

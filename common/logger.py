@@ -92,10 +92,9 @@ class RunLogger:
     def _write(self, step: int, records: list[dict]) -> None:
         """Rows of the metrics CSV (and wandb records), flushed once."""
         seconds = round(self.elapsed(), 4)
-        for metrics in records:
-            for name, value in metrics.items():
-                self._csv.writerow([step, seconds, name, float(value)])
-            if self._wandb is not None:
+        self._csv.writerows([step, seconds, name, float(value)] for metrics in records for name, value in metrics.items())
+        if self._wandb is not None:
+            for metrics in records:
                 self._wandb.log(metrics, step=step)
         self._csv_file.flush()
 
