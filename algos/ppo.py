@@ -25,6 +25,7 @@ from torch import nn
 from common import (
     Checkpoints,
     DeviceLink,
+    EpisodeRing,
     HostLink,
     RunArgs,
     RunLogger,
@@ -449,46 +450,13 @@ def main(args: Args) -> dict:
 
     if on_device:
         link = DeviceLink(n_envs, obs_dim, device)
-        # Finished episodes go to a device ring (slot `ring` is a sink for envs whose episode goes on), read
-        # once per iteration: stepping never waits for the host.
-        ring = max(100, n_envs)
-        ring_returns, ring_lengths = torch.zeros(ring + 1, device=device), torch.zeros(ring + 1, device=device)
-        episodes_done = torch.zeros((), dtype=torch.long, device=device)
-        # A host copy of the ring, taken after each iteration without waiting for it: the host logs one
-        # iteration's episodes while the GPU runs the next (thousands of CSV rows take milliseconds).
-        pinned = device.type == "cuda"
-        host_ring = torch.zeros(2, ring + 1, pin_memory=pinned)
-        host_done = torch.zeros((), dtype=torch.long, pin_memory=pinned)
-        ring_copied = torch.cuda.Event() if pinned else None
-
-        def copy_ring() -> None:
-            host_ring[0].copy_(ring_returns, non_blocking=True)
-            host_ring[1].copy_(ring_lengths, non_blocking=True)
-            host_done.copy_(episodes_done, non_blocking=True)
-            if ring_copied is not None:
-                ring_copied.record()
-
-        def log_copied_episodes() -> None:
-            """Log the episodes in the last ring copy that were not logged yet."""
-            nonlocal episodes_seen
-            if ring_copied is not None:
-                ring_copied.synchronize()
-            total = int(host_done)
-            returns, lengths = host_ring.tolist()
-            ended = range(max(episodes_seen, total - ring), total)  # older ones were overwritten
-            finished = [(returns[i % ring], lengths[i % ring]) for i in ended]
-            logger.log_episodes(global_step, finished)
-            recent_returns.extend(episodic_return for episodic_return, _ in finished)
-            episodes_seen = total
+        # The episodes that end are gathered on the device; the host reads a copy once per iteration.
+        episodes = EpisodeRing(n_envs, device)
 
         def env_step(action: torch.Tensor) -> None:
             next_obs, env_rewards, terminations, truncations, infos = envs.step(action)
             link.put(env_rewards, terminations.float(), truncations.float(), infos["final_obs"], next_obs)
-            finished = infos["_episode"]
-            slots = torch.where(finished, (episodes_done + finished.long().cumsum(0) - 1) % ring, ring)
-            ring_returns.scatter_(0, slots, infos["episode"]["r"].float())
-            ring_lengths.scatter_(0, slots, infos["episode"]["l"].float())
-            episodes_done.add_(finished.sum())
+            episodes.record(infos)
 
         # Act and env step compiled as one function: storing the env's answer, the policy, the dynamics, autoreset
         # and episode bookkeeping fuse into a few kernels (captured uncompiled, each op is a kernel of its own).
@@ -513,28 +481,27 @@ def main(args: Args) -> dict:
 
     recent_returns: collections.deque = collections.deque(maxlen=100)
     # State carried from one iteration to the next (the rollout storage is refilled): saved for --resume.
-    tensors = {"discounted_return": discounted_return, "step_index": step_index, "noise": noise}
-    if on_device:
-        tensors.update(ring_returns=ring_returns, ring_lengths=ring_lengths, episodes_done=episodes_done)
     checkpoints = Checkpoints(
         args, logger.dir, "ppo", same=("env_id", "num_envs", "num_steps", "total_timesteps", "env_backend"),
-        modules={"agent": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": return_rms},
-        tensors=tensors)
-    start_iteration, global_step, episodes_seen = 0, 0, 0
+        modules={"agent": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": return_rms,
+                 **({"episodes": episodes} if on_device else {})},
+        tensors={"discounted_return": discounted_return, "step_index": step_index, "noise": noise})
+    start_iteration, global_step = 0, 0
     if args.resume:
         check(world == 1, "--resume continues single-process runs; launch it without torchrun")
         envs, saved = checkpoints.resume(envs, link)
         optimizer.param_groups[0]["lr"] = lr  # the device tensor that annealing writes, not the loaded copy
         recent_returns.extend(saved["recent_returns"])
-        start_iteration, global_step, episodes_seen = saved["iteration"], saved["global_step"], saved["episodes_seen"]
+        start_iteration, global_step = saved["iteration"], saved["global_step"]
     else:
         link.first(envs.reset(seed=args.seed)[0])
-    if on_device:
-        copy_ring()
 
     def counters() -> dict:
-        return {"iteration": next_iteration, "global_step": global_step, "episodes_seen": episodes_seen,
-                "recent_returns": list(recent_returns)}
+        return {"iteration": next_iteration, "global_step": global_step, "recent_returns": list(recent_returns)}
+
+    def log_episodes(finished: list) -> None:
+        logger.log_episodes(global_step, finished)
+        recent_returns.extend(episodic_return for episodic_return, _ in finished)
 
     num_iterations = args.total_timesteps // (batch_size * world)  # the budget counts every rank's steps
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
@@ -545,9 +512,9 @@ def main(args: Args) -> dict:
                 lr.fill_(args.learning_rate * (1 - iteration / num_iterations))
             if on_device:
                 stats = whole_iteration()
-                log_copied_episodes()  # those that ended before this iteration, logged while it runs
+                log_episodes(episodes.read())  # those that ended before this iteration, read while it runs
                 global_step += batch_size * world
-                copy_ring()
+                episodes.copy()
                 logger.progress(global_step)
             else:
                 for step in range(num_steps):
@@ -556,9 +523,7 @@ def main(args: Args) -> dict:
                     next_obs, env_rewards, terminations, truncations, infos = envs.step(link.wait())
                     global_step += n_envs * world
                     link.put(env_rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
-                    finished = finished_episodes(infos)
-                    logger.log_episodes(global_step, finished)
-                    recent_returns.extend(episodic_return for episodic_return, _ in finished)
+                    log_episodes(finished_episodes(infos))
                     logger.progress(global_step)
                 stats = learn()
             if iteration == start_iteration + 3:  # every hot function compiled and captured
@@ -576,7 +541,7 @@ def main(args: Args) -> dict:
             if rank == 0 and checkpoints.due(global_step, batch_size * world):
                 checkpoints.save_periodic(envs, link, counters())
         if on_device:  # the last iteration's episodes
-            log_copied_episodes()
+            log_episodes(episodes.read())
         completed = True
     finally:
         if args.save_model and rank == 0:

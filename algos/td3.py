@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from common import (
     Checkpoints,
     DeviceLink,
+    EpisodeRing,
     HostLink,
     RunArgs,
     RunLogger,
@@ -226,6 +227,8 @@ def main(args: Args) -> dict:
 
     link = (DeviceLink(n_envs, obs_dim, device) if args.env_backend == "torch"
             else HostLink(n_envs, obs_dim, (action_dim,), torch.float32, device))
+    # Torch envs report episode endings on the device: gathered there, read by the host a step later.
+    episodes = EpisodeRing(n_envs, device) if args.env_backend == "torch" else None
     # One env step's device work is one call: the env's answer in, store and act, the action out.
     act_and_store = compiled(act_and_store, args.compile)
     act_step = path(lambda: link.push(act_and_store(link.pull())))
@@ -234,7 +237,8 @@ def main(args: Args) -> dict:
     checkpoints = Checkpoints(
         args, logger.dir, "td3", same=("env_id", "num_envs", "buffer_size", "total_timesteps"),
         modules={"actor": actor, "qf1": qf1, "qf2": qf2, "target_actor": target_actor, "qf1_target": qf1_target,
-                 "qf2_target": qf2_target, "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer},
+                 "qf2_target": qf2_target, "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer,
+                 **({"episodes": episodes} if episodes else {})},
         tensors={"rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps, "last_obs": last_obs,
                  "last_action": last_action},
         replay={"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,
@@ -272,11 +276,13 @@ def main(args: Args) -> dict:
             next_obs, rewards, terminations, truncations, infos = envs.step(link.wait())
             global_step += n_envs
             link.put(rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
-            logger.log_episodes(global_step, finished_episodes(infos))
+            logger.log_episodes(global_step, episodes.after_step(infos) if episodes else finished_episodes(infos))
             logger.progress(global_step)
             next_iteration = iteration + 1
             if checkpoints.due(global_step, n_envs):
                 checkpoints.save_periodic(envs, link, counters())
+        if episodes:  # the last step's
+            logger.log_episodes(global_step, episodes.read())
         completed = True
     finally:
         if args.save_model:

@@ -1,6 +1,6 @@
 """turborl's shared plumbing: envs, the path switch, logging. Algorithms live in algos/, one file each."""
 
-from common.envs import action_space, final_observations, finished_episodes, is_cheap, make_env
+from common.envs import EpisodeRing, action_space, final_observations, finished_episodes, is_cheap, make_env
 from common.logger import RunLogger, SilentLogger
 from common.run import (
     Checkpoints,
@@ -28,6 +28,7 @@ from common.run import (
 __all__ = [
     "Checkpoints",
     "DeviceLink",
+    "EpisodeRing",
     "HostLink",
     "RunArgs",
     "RunLogger",

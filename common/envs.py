@@ -6,6 +6,7 @@ from typing import Literal
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from common.run import UserError
 
@@ -139,11 +140,69 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
 
 
 def finished_episodes(infos: dict) -> list[tuple[float, int]]:
-    """(return, length) of each episode that ended this step."""
+    """(return, length) of each episode that ended this step (gymnasium envs; torch envs use EpisodeRing)."""
     if "_episode" not in infos:
         return []
     ep = infos["episode"]
-    if not isinstance(infos["_episode"], np.ndarray):  # torch envs: one read of the device per step
-        ended = infos["_episode"].nonzero().flatten()
-        return list(zip(ep["r"][ended].tolist(), ep["l"][ended].tolist(), strict=True))
     return [(float(ep["r"][i]), int(ep["l"][i])) for i in np.flatnonzero(infos["_episode"])]
+
+
+class EpisodeRing:
+    """The episodes that end in torch envs, gathered on the device and read by the host from a copy, so the host
+    never waits for the GPU. `record(infos)` after each env step (device ops only: it compiles and captures),
+    `copy()` queues a copy into pinned memory, `read()` returns the episodes of the last copy not read before.
+    The last `size` episodes are kept between two copies; older ones are dropped."""
+
+    def __init__(self, n_envs: int, device: torch.device):
+        self.size = max(100, n_envs)
+        # Slot `size` is a sink: envs whose episode goes on write there.
+        self.returns = torch.zeros(self.size + 1, device=device)
+        self.lengths = torch.zeros(self.size + 1, device=device)
+        self.count = torch.zeros((), dtype=torch.long, device=device)
+        pinned = device.type == "cuda"
+        self._host = torch.zeros(2, self.size + 1, pin_memory=pinned)
+        self._host_count = torch.zeros((), dtype=torch.long, pin_memory=pinned)
+        self._copied = torch.cuda.Event() if pinned else None
+        self.seen = 0
+        self.copy()
+
+    def record(self, infos: dict) -> None:
+        ended = infos["_episode"]
+        slots = torch.where(ended, (self.count + ended.long().cumsum(0) - 1) % self.size, self.size)
+        self.returns.scatter_(0, slots, infos["episode"]["r"].float())
+        self.lengths.scatter_(0, slots, infos["episode"]["l"].float())
+        self.count.add_(ended.sum())
+
+    def copy(self) -> None:
+        self._host[0].copy_(self.returns, non_blocking=True)
+        self._host[1].copy_(self.lengths, non_blocking=True)
+        self._host_count.copy_(self.count, non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
+
+    def read(self) -> list[tuple[float, int]]:
+        if self._copied is not None:
+            self._copied.synchronize()
+        total = int(self._host_count)
+        returns, lengths = self._host.tolist()
+        ended = range(max(self.seen, total - self.size), total)
+        self.seen = total
+        return [(returns[i % self.size], int(lengths[i % self.size])) for i in ended]
+
+    def after_step(self, infos: dict) -> list[tuple[float, int]]:
+        """For loops that step the envs from the host: records this step's endings and returns the previous
+        step's, whose copy the GPU made back then (this step's would wait for the update queued before it)."""
+        ready = self.read()
+        self.record(infos)
+        self.copy()
+        return ready
+
+    def state_dict(self) -> dict:
+        return {"returns": self.returns.cpu(), "lengths": self.lengths.cpu(), "count": self.count.cpu(),
+                "seen": self.seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name in ("returns", "lengths", "count"):
+            getattr(self, name).copy_(state[name])
+        self.seen = state["seen"]
+        self.copy()

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from common import (
+    EpisodeRing,
     HostLink,
     RunLogger,
     UserError,
@@ -53,6 +54,33 @@ def test_episode_boundaries_and_statistics():
         assert abs(next_obs[i]).max() <= 0.05  # a fresh CartPole start
         assert abs(real[i][2]) > 0.2 or abs(real[i][0]) > 2.4  # the pole fell or the cart left
     envs.close()
+
+
+@pytest.mark.parametrize("size_exceeded", [False, True])
+def test_episode_ring_returns_each_ended_episode_once(size_exceeded):
+    """The ring read a step late (after_step, then read at the end) yields the episodes the torch envs report,
+    in order; when more end between two copies than it holds, the newest `size` of them."""
+    n_envs = 128 if size_exceeded else 8
+    envs = make_env("CartPole-v1", n_envs, seed=5, backend="torch", device="cpu")
+    envs.reset(seed=5)
+    ring, expected, got = EpisodeRing(n_envs, torch.device("cpu")), [], []
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        _, _, _, _, infos = envs.step(torch.randint(0, 2, (n_envs,), generator=generator))
+        ended = infos["_episode"].nonzero().flatten()
+        expected += list(zip(infos["episode"]["r"][ended].tolist(), infos["episode"]["l"][ended].tolist(), strict=True))
+        if size_exceeded:
+            ring.record(infos)  # no copy in between: only the newest `size` are kept
+        else:
+            got += ring.after_step(infos)
+    if size_exceeded:
+        ring.copy()
+        assert len(expected) > ring.size
+        expected = expected[-ring.size:]
+    got += ring.read()
+    assert len(expected) > 50
+    assert got == [(float(r), int(length)) for r, length in expected]
+    assert ring.read() == []  # nothing twice
 
 
 def test_seeded_envs_repeat():
