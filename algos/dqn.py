@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from common import (
     Checkpoints,
     DeviceLink,
-    EpisodeRing,
     HostLink,
     RunArgs,
     RunLogger,
@@ -30,13 +29,13 @@ from common import (
     compiled,
     export_policy,
     final_observations,
-    finished_episodes,
     floor_us,
     make_env,
     pick_device,
     resolve_cudagraphs,
     seed_everything,
     soft_update,
+    track_episodes,
 )
 
 
@@ -192,7 +191,7 @@ def main(args: Args) -> dict:
     link = (DeviceLink(n_envs, obs_dim, device) if args.env_backend == "torch"
             else HostLink(n_envs, obs_dim, (), torch.long, device))
     # Torch envs report episode endings on the device: gathered there, read by the host a step later.
-    episodes = EpisodeRing(n_envs, device) if args.env_backend == "torch" else None
+    episodes = track_episodes(args.env_backend, n_envs, device)
     # One env step's device work is one call: the env's answer in, store and act, the action out.
     act_and_store = compiled(act_and_store, args.compile)
     act_step = accelerate(lambda: link.push(act_and_store(link.pull())), compile=False, cudagraphs=cudagraphs,
@@ -203,7 +202,7 @@ def main(args: Args) -> dict:
     checkpoints = Checkpoints(
         args, logger.dir, "dqn", same=("env_id", "num_envs", "buffer_size", "total_timesteps"),
         modules={"q_network": q_network, "target_network": target_network, "optimizer": optimizer,
-                 **({"episodes": episodes} if episodes else {})},
+                 "episodes": episodes},
         tensors={"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,
                  "rb_dones": rb_dones, "rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps,
                  "epsilon": epsilon, "last_obs": last_obs, "last_action": last_action})
@@ -240,13 +239,12 @@ def main(args: Args) -> dict:
             next_obs, rewards, terminations, truncations, infos = envs.step(link.wait())
             global_step += n_envs
             link.put(rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
-            logger.log_episodes(global_step, episodes.after_step(infos) if episodes else finished_episodes(infos))
+            logger.log_episodes(global_step, episodes.after_step(infos))
             logger.progress(global_step)
             next_iteration = iteration + 1
             if checkpoints.due(global_step, n_envs):
                 checkpoints.save_periodic(envs, link, counters())
-        if episodes:  # the last step's
-            logger.log_episodes(global_step, episodes.read())
+        logger.log_episodes(global_step, episodes.read())  # any held back
         completed = True
     finally:
         if args.save_model:

@@ -25,7 +25,6 @@ from torch import nn
 from common import (
     Checkpoints,
     DeviceLink,
-    EpisodeRing,
     HostLink,
     RunArgs,
     RunLogger,
@@ -38,7 +37,6 @@ from common import (
     compiled,
     export_policy,
     final_observations,
-    finished_episodes,
     floor_us,
     init_distributed,
     is_cheap,
@@ -46,6 +44,7 @@ from common import (
     pick_device,
     resolve_cudagraphs,
     seed_everything,
+    track_episodes,
 )
 
 
@@ -448,10 +447,10 @@ def main(args: Args) -> dict:
     def path(fn):
         return accelerate(fn, compile=False, cudagraphs=cudagraphs, device=device, compiled_inside=args.compile)
 
+    # Torch envs: the episodes that end are gathered on the device and the host reads a copy once per iteration.
+    episodes = track_episodes(args.env_backend, n_envs, device)
     if on_device:
         link = DeviceLink(n_envs, obs_dim, device)
-        # The episodes that end are gathered on the device; the host reads a copy once per iteration.
-        episodes = EpisodeRing(n_envs, device)
 
         def env_step(action: torch.Tensor) -> None:
             next_obs, env_rewards, terminations, truncations, infos = envs.step(action)
@@ -484,7 +483,7 @@ def main(args: Args) -> dict:
     checkpoints = Checkpoints(
         args, logger.dir, "ppo", same=("env_id", "num_envs", "num_steps", "total_timesteps", "env_backend"),
         modules={"agent": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": return_rms,
-                 **({"episodes": episodes} if on_device else {})},
+                 "episodes": episodes},
         tensors={"discounted_return": discounted_return, "step_index": step_index, "noise": noise})
     start_iteration, global_step = 0, 0
     if args.resume:
@@ -523,7 +522,7 @@ def main(args: Args) -> dict:
                     next_obs, env_rewards, terminations, truncations, infos = envs.step(link.wait())
                     global_step += n_envs * world
                     link.put(env_rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
-                    log_episodes(finished_episodes(infos))
+                    log_episodes(episodes.after_step(infos))
                     logger.progress(global_step)
                 stats = learn()
             if iteration == start_iteration + 3:  # every hot function compiled and captured
@@ -540,8 +539,7 @@ def main(args: Args) -> dict:
             next_iteration = iteration + 1
             if rank == 0 and checkpoints.due(global_step, batch_size * world):
                 checkpoints.save_periodic(envs, link, counters())
-        if on_device:  # the last iteration's episodes
-            log_episodes(episodes.read())
+        log_episodes(episodes.read())  # any held back (torch envs: the last iteration's)
         completed = True
     finally:
         if args.save_model and rank == 0:

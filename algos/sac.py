@@ -24,7 +24,6 @@ import torch.nn.functional as F
 from common import (
     Checkpoints,
     DeviceLink,
-    EpisodeRing,
     HostLink,
     RunArgs,
     RunLogger,
@@ -35,13 +34,13 @@ from common import (
     compiled,
     export_policy,
     final_observations,
-    finished_episodes,
     floor_us,
     make_env,
     pick_device,
     resolve_cudagraphs,
     seed_everything,
     soft_update,
+    track_episodes,
 )
 
 
@@ -293,7 +292,7 @@ def main(args: Args) -> dict:
     link = (DeviceLink(n_envs, obs_dim, device) if args.env_backend == "torch"
             else HostLink(n_envs, obs_dim, (action_dim,), torch.float32, device))
     # Torch envs report episode endings on the device: gathered there, read by the host a step later.
-    episodes = EpisodeRing(n_envs, device) if args.env_backend == "torch" else None
+    episodes = track_episodes(args.env_backend, n_envs, device)
     # One env step's device work is one call: the env's answer in, store and act, the action out.
     act_and_store = compiled(act_and_store, args.compile)
     act_step = path(lambda: link.push(act_and_store(link.pull())))
@@ -303,8 +302,7 @@ def main(args: Args) -> dict:
         args, logger.dir, "sac", same=("env_id", "num_envs", "buffer_size", "total_timesteps"),
         modules={"actor": actor, "qf": qf, "qf_target": qf_target,
                  "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer,
-                 **({"a_optimizer": a_optimizer} if a_optimizer else {}),
-                 **({"episodes": episodes} if episodes else {})},
+                 **({"a_optimizer": a_optimizer} if a_optimizer else {}), "episodes": episodes},
         tensors={"rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps, "last_obs": last_obs,
                  "last_action": last_action, "log_alpha": log_alpha, "alpha": alpha, "metrics": metrics},
         replay={"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,
@@ -336,20 +334,18 @@ def main(args: Args) -> dict:
                 if updates == steady_after:
                     logger.mark_steady(global_step)
                 if updates % args.log_every == 0:
-                    logged = dict(zip(metric_names, metrics.tolist(), strict=True))
-                    logger.log(global_step, **{k: v for k, v in logged.items()
-                                               if actor_updated or k in ("qf_loss", "qf1_values")})
+                    names = metric_names if actor_updated else metric_names[:2]  # the critics' until then
+                    logger.log(global_step, **dict(zip(names, metrics.tolist()[: len(names)], strict=True)))
 
             next_obs, rewards, terminations, truncations, infos = envs.step(link.wait())
             global_step += n_envs
             link.put(rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
-            logger.log_episodes(global_step, episodes.after_step(infos) if episodes else finished_episodes(infos))
+            logger.log_episodes(global_step, episodes.after_step(infos))
             logger.progress(global_step)
             next_iteration = iteration + 1
             if checkpoints.due(global_step, n_envs):
                 checkpoints.save_periodic(envs, link, counters())
-        if episodes:  # the last step's
-            logger.log_episodes(global_step, episodes.read())
+        logger.log_episodes(global_step, episodes.read())  # any held back
         completed = True
     finally:
         if args.save_model:

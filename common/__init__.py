@@ -1,6 +1,14 @@
 """turborl's shared plumbing: envs, the path switch, logging. Algorithms live in algos/, one file each."""
 
-from common.envs import EpisodeRing, action_space, final_observations, finished_episodes, is_cheap, make_env
+from common.envs import (
+    EpisodeRing,
+    action_space,
+    final_observations,
+    finished_episodes,
+    is_cheap,
+    make_env,
+    track_episodes,
+)
 from common.logger import RunLogger, SilentLogger
 from common.run import (
     Checkpoints,
@@ -54,4 +62,5 @@ __all__ = [
     "save_checkpoint",
     "seed_everything",
     "soft_update",
+    "track_episodes",
 ]

@@ -147,6 +147,28 @@ def finished_episodes(infos: dict) -> list[tuple[float, int]]:
     return [(float(ep["r"][i]), int(ep["l"][i])) for i in np.flatnonzero(infos["_episode"])]
 
 
+def track_episodes(backend: str, n_envs: int, device: torch.device) -> EpisodeRing | HostEpisodes:
+    """Where a script gets the episodes that ended: `after_step(infos)` after each env step, `read()` once the
+    loop is over for any still held back, and `state_dict()` for checkpoints."""
+    return EpisodeRing(n_envs, device) if backend == "torch" else HostEpisodes()
+
+
+class HostEpisodes:
+    """Gymnasium envs report each episode's end on the host, at the step it ends: nothing is held back."""
+
+    def after_step(self, infos: dict) -> list[tuple[float, int]]:
+        return finished_episodes(infos)
+
+    def read(self) -> list[tuple[float, int]]:
+        return []
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
 class EpisodeRing:
     """The episodes that end in torch envs, gathered on the device and read by the host from a copy, so the host
     never waits for the GPU. `record(infos)` after each env step (device ops only: it compiles and captures),
@@ -155,9 +177,9 @@ class EpisodeRing:
 
     def __init__(self, n_envs: int, device: torch.device):
         self.size = max(100, n_envs)
-        # Slot `size` is a sink: envs whose episode goes on write there.
-        self.returns = torch.zeros(self.size + 1, device=device)
-        self.lengths = torch.zeros(self.size + 1, device=device)
+        # Returns and lengths in one table (one copy to the host); column `size` is a sink that envs whose
+        # episode goes on write to.
+        self.table = torch.zeros(2, self.size + 1, device=device)
         self.count = torch.zeros((), dtype=torch.long, device=device)
         pinned = device.type == "cuda"
         self._host = torch.zeros(2, self.size + 1, pin_memory=pinned)
@@ -169,13 +191,12 @@ class EpisodeRing:
     def record(self, infos: dict) -> None:
         ended = infos["_episode"]
         slots = torch.where(ended, (self.count + ended.long().cumsum(0) - 1) % self.size, self.size)
-        self.returns.scatter_(0, slots, infos["episode"]["r"].float())
-        self.lengths.scatter_(0, slots, infos["episode"]["l"].float())
+        self.table[0].scatter_(0, slots, infos["episode"]["r"].float())
+        self.table[1].scatter_(0, slots, infos["episode"]["l"].float())
         self.count.add_(ended.sum())
 
     def copy(self) -> None:
-        self._host[0].copy_(self.returns, non_blocking=True)
-        self._host[1].copy_(self.lengths, non_blocking=True)
+        self._host.copy_(self.table, non_blocking=True)
         self._host_count.copy_(self.count, non_blocking=True)
         if self._copied is not None:
             self._copied.record()
@@ -184,6 +205,8 @@ class EpisodeRing:
         if self._copied is not None:
             self._copied.synchronize()
         total = int(self._host_count)
+        if total == self.seen:
+            return []
         returns, lengths = self._host.tolist()
         ended = range(max(self.seen, total - self.size), total)
         self.seen = total
@@ -198,11 +221,10 @@ class EpisodeRing:
         return ready
 
     def state_dict(self) -> dict:
-        return {"returns": self.returns.cpu(), "lengths": self.lengths.cpu(), "count": self.count.cpu(),
-                "seen": self.seen}
+        return {"table": self.table.cpu(), "count": self.count.cpu(), "seen": self.seen}
 
     def load_state_dict(self, state: dict) -> None:
-        for name in ("returns", "lengths", "count"):
-            getattr(self, name).copy_(state[name])
+        self.table.copy_(state["table"])
+        self.count.copy_(state["count"])
         self.seen = state["seen"]
         self.copy()

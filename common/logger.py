@@ -92,7 +92,8 @@ class RunLogger:
     def _write(self, step: int, records: list[dict]) -> None:
         """Rows of the metrics CSV (and wandb records), flushed once."""
         seconds = round(self.elapsed(), 4)
-        self._csv.writerows([step, seconds, name, float(value)] for metrics in records for name, value in metrics.items())
+        self._csv.writerows([step, seconds, name, float(value)]
+                            for metrics in records for name, value in metrics.items())
         if self._wandb is not None:
             for metrics in records:
                 self._wandb.log(metrics, step=step)

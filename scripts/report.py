@@ -90,7 +90,8 @@ def learning_table(runs: list[dict]) -> list[str]:
     groups = defaultdict(list)
     for run in runs:
         groups[(run["algo"], run["env_id"], run["path"])].append(run)
-    lines = ["| algo | env | path | steps | seeds | return at budget (mean ± std) | CleanRL | wall s (mean) | solved s |",
+    lines = ["| algo | env | path | steps | seeds | return at budget (mean ± std) | CleanRL | wall s (mean) "
+             "| solved s |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for (algo, env_id, path), group in sorted(groups.items()):
         ok = [r for r in group if r["status"] == "ok"]
