@@ -448,7 +448,7 @@ def main(args: Args) -> dict:
         return accelerate(fn, compile=False, cudagraphs=cudagraphs, device=device, compiled_inside=args.compile)
 
     # Torch envs: the episodes that end are gathered on the device and the host reads a copy once per iteration.
-    episodes = track_episodes(args.env_backend, n_envs, device)
+    episodes = track_episodes(args.env_backend, n_envs, device, steps_per_read=num_steps)
     if on_device:
         link = DeviceLink(n_envs, obs_dim, device)
 

@@ -147,10 +147,12 @@ def finished_episodes(infos: dict) -> list[tuple[float, int]]:
     return [(float(ep["r"][i]), int(ep["l"][i])) for i in np.flatnonzero(infos["_episode"])]
 
 
-def track_episodes(backend: str, n_envs: int, device: torch.device) -> EpisodeRing | HostEpisodes:
+def track_episodes(backend: str, n_envs: int, device: torch.device, steps_per_read: int = 1
+                   ) -> EpisodeRing | HostEpisodes:
     """Where a script gets the episodes that ended: `after_step(infos)` after each env step, `read()` once the
-    loop is over for any still held back, and `state_dict()` for checkpoints."""
-    return EpisodeRing(n_envs, device) if backend == "torch" else HostEpisodes()
+    loop is over for any still held back, and `state_dict()` for checkpoints. `steps_per_read`: env steps
+    between two reads of a torch envs' ring (PPO reads once per rollout)."""
+    return EpisodeRing(n_envs, device, steps_per_read + 1) if backend == "torch" else HostEpisodes()
 
 
 class HostEpisodes:
@@ -172,17 +174,19 @@ class HostEpisodes:
 class EpisodeRing:
     """The episodes that end in torch envs, gathered on the device and read by the host from a copy, so the host
     never waits for the GPU. `record(infos)` after each env step (device ops only: it compiles and captures),
-    `copy()` queues a copy into pinned memory, `read()` returns the episodes of the last copy not read before.
-    The last `size` episodes are kept between two copies; older ones are dropped."""
+    `copy()` queues a copy into pinned memory, `read()` returns the episodes of the last copy not read before:
+    those of the newest `steps` recorded steps, at most the newest `keep` of them (the host logs each one).
 
-    def __init__(self, n_envs: int, device: torch.device):
-        self.size = max(100, n_envs)
-        # Returns and lengths in one table (one copy to the host); column `size` is a sink that envs whose
-        # episode goes on write to.
-        self.table = torch.zeros(2, self.size + 1, device=device)
-        self.count = torch.zeros((), dtype=torch.long, device=device)
+    Each step writes one row, every env's (return, length) with length 0 where no episode ended: an elementwise
+    write. A compact list of the ended episodes would need a prefix sum over the envs, a scan that compiles
+    into one single-block kernel per step together with whatever inductor fuses into it."""
+
+    def __init__(self, n_envs: int, device: torch.device, steps: int):
+        self.steps, self.keep = steps, max(100, n_envs)
+        self.table = torch.zeros(steps, 2, n_envs, device=device)
+        self.count = torch.zeros((), dtype=torch.long, device=device)  # steps recorded
         pinned = device.type == "cuda"
-        self._host = torch.zeros(2, self.size + 1, pin_memory=pinned)
+        self._host = torch.zeros(steps, 2, n_envs, pin_memory=pinned)
         self._host_count = torch.zeros((), dtype=torch.long, pin_memory=pinned)
         self._copied = torch.cuda.Event() if pinned else None
         self.seen = 0
@@ -190,10 +194,9 @@ class EpisodeRing:
 
     def record(self, infos: dict) -> None:
         ended = infos["_episode"]
-        slots = torch.where(ended, (self.count + ended.long().cumsum(0) - 1) % self.size, self.size)
-        self.table[0].scatter_(0, slots, infos["episode"]["r"].float())
-        self.table[1].scatter_(0, slots, infos["episode"]["l"].float())
-        self.count.add_(ended.sum())
+        row = torch.stack([infos["episode"]["r"].float(), infos["episode"]["l"].float()]) * ended
+        self.table.index_copy_(0, (self.count % self.steps).view(1), row.unsqueeze(0))
+        self.count.add_(1)
 
     def copy(self) -> None:
         self._host.copy_(self.table, non_blocking=True)
@@ -207,10 +210,12 @@ class EpisodeRing:
         total = int(self._host_count)
         if total == self.seen:
             return []
-        returns, lengths = self._host.tolist()
-        ended = range(max(self.seen, total - self.size), total)
+        rows = self._host[[i % self.steps for i in range(max(self.seen, total - self.steps), total)]]
         self.seen = total
-        return [(returns[i % self.size], int(lengths[i % self.size])) for i in ended]
+        returns, lengths = rows[:, 0].flatten(), rows[:, 1].flatten()  # in step order, then env order
+        ended = lengths > 0
+        returns, lengths = returns[ended][-self.keep:], lengths[ended][-self.keep:]
+        return list(zip(returns.tolist(), lengths.long().tolist(), strict=True))
 
     def after_step(self, infos: dict) -> list[tuple[float, int]]:
         """For loops that step the envs from the host: records this step's endings and returns the previous

@@ -32,6 +32,9 @@ class RunArgs:
     """torch.compile the hot functions"""
     cudagraphs: bool = False
     """capture the hot functions in CUDA graphs (needs CUDA; warns and runs without otherwise)"""
+    autotune: bool = False
+    """with --compile: time candidate kernels while compiling and keep the fastest (inductor's max-autotune:
+    Triton matmuls with bias and activation fused in); the first compile takes minutes, later runs hit the cache"""
     log_every: int = 100
     """updates between two loss records in the metrics CSV (each record reads the device once)"""
     save_model: bool = False
@@ -96,6 +99,9 @@ def check_run_args(args: RunArgs) -> None:
     check(args.checkpoint_every == 0 or args.save_model, "--checkpoint-every needs --save-model")
     check(args.env_backend in ("gymnasium", "torch"),
           f"--env-backend must be gymnasium or torch (got {args.env_backend!r})")
+    check(args.compile or not args.autotune, "--autotune tunes what --compile builds; add --compile")
+    if args.autotune:
+        torch._inductor.config.max_autotune = True
 
 
 def pick_device(cuda: bool) -> torch.device:

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from common import (
-    EpisodeRing,
     HostLink,
     RunLogger,
     UserError,
@@ -19,6 +18,7 @@ from common import (
     pick_device,
     resolve_cudagraphs,
     soft_update,
+    track_episodes,
 )
 from tests.helpers import metric
 
@@ -56,27 +56,32 @@ def test_episode_boundaries_and_statistics():
     envs.close()
 
 
-@pytest.mark.parametrize("size_exceeded", [False, True])
-def test_episode_ring_returns_each_ended_episode_once(size_exceeded):
+@pytest.mark.parametrize("exceeded", [None, "steps", "keep"])
+def test_episode_ring_returns_each_ended_episode_once(exceeded):
     """The ring read a step late (after_step, then read at the end) yields the episodes the torch envs report,
-    in order; when more end between two copies than it holds, the newest `size` of them."""
-    n_envs = 128 if size_exceeded else 8
+    in order; when more steps pass between two copies than it holds, those of the newest `steps`; when more
+    episodes end than a read returns, the newest `keep`."""
+    n_envs = {None: 8, "steps": 32, "keep": 128}[exceeded]
     envs = make_env("CartPole-v1", n_envs, seed=5, backend="torch", device="cpu")
     envs.reset(seed=5)
-    ring, expected, got = EpisodeRing(n_envs, torch.device("cpu")), [], []
+    ring = track_episodes("torch", n_envs, torch.device("cpu"), steps_per_read=1 if exceeded is None else 40)
+    expected, got = [], []
     generator = torch.Generator().manual_seed(0)
     for _ in range(300):
         _, _, _, _, infos = envs.step(torch.randint(0, 2, (n_envs,), generator=generator))
         ended = infos["_episode"].nonzero().flatten()
-        expected += list(zip(infos["episode"]["r"][ended].tolist(), infos["episode"]["l"][ended].tolist(), strict=True))
-        if size_exceeded:
-            ring.record(infos)  # no copy in between: only the newest `size` are kept
-        else:
+        reported = list(zip(infos["episode"]["r"][ended].tolist(), infos["episode"]["l"][ended].tolist(), strict=True))
+        if exceeded is None:
+            expected += reported
             got += ring.after_step(infos)
-    if size_exceeded:
+        else:  # no copy in between
+            expected.append(reported)
+            ring.record(infos)
+    if exceeded is not None:
         ring.copy()
-        assert len(expected) > ring.size
-        expected = expected[-ring.size:]
+        expected = [episode for step in expected[-ring.steps:] for episode in step]
+        assert (len(expected) > ring.keep) == (exceeded == "keep")
+        expected = expected[-ring.keep:]
     got += ring.read()
     assert len(expected) > 50
     assert got == [(float(r), int(length)) for r, length in expected]
