@@ -46,6 +46,24 @@ def test_four_paths_same_first_losses(tmp_path, case):
                                    msg=lambda m, name=name: f"{case} {name}: {m}")
 
 
+def test_torch_env_episodes_logged_alike_in_every_path(tmp_path):
+    """The episodes that end in torch envs, gathered on the device and read from pinned copies an iteration
+    late, are logged as eager logs them: same returns, same steps (CartPole's returns are integers: exact)."""
+    from algos import ppo
+
+    logged = {}
+    for name, (compile, cudagraphs) in {"eager": (False, False), **PATHS}.items():
+        torch._dynamo.reset()
+        args = ppo.Args(env_backend="torch", num_envs=16, num_steps=32, total_timesteps=16 * 32 * 3,
+                        compile=compile, cudagraphs=cudagraphs, runs_dir=str(tmp_path / name))
+        ppo.main(args)
+        logged[name] = [(s, float(v)) for s, metric_name, v in metrics_after(str(tmp_path / name), -1)
+                        if metric_name == "episodic_return"]
+    assert len(logged["eager"]) > 30
+    for name in PATHS:
+        assert logged[name] == logged["eager"], name
+
+
 @pytest.mark.parametrize("compile", [False, True])
 def test_captured_replays_advance_the_rng(compile):
     torch._dynamo.reset()
