@@ -105,7 +105,8 @@ class Args:
     """learning suite: runs at a time (they share the machine, so their wall times are slower than alone;
     each JSON records it). The speed suite always runs one at a time."""
     seeds: list[int] = field(default_factory=lambda: [1])
-    """seeds"""
+    """seeds (learning suite: eager runs the first only; on its short budget it is the wall-time reference for
+    the return-vs-time plot, not a return at budget)"""
     scale: float | None = None
     """multiply every run's steps (default 1 with CUDA, 0.05 on a CPU-only machine)"""
     out: str | None = None

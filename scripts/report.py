@@ -105,7 +105,8 @@ def learning_table(runs: list[dict]) -> list[str]:
                      f"{fmt(CLEANRL_RETURNS.get((algo, env_id)), ',.1f')} | {wall} | "
                      f"{fmt(statistics.mean(solved), '.1f') if solved else '–'} |")
     lines += ["", "`solved s`: seconds from the run's start (compile and capture included) until the mean return "
-              "of the last 100 episodes reached `--stop-at-return`."]
+              "of the last 100 episodes reached `--stop-at-return`. Eager runs one seed on a shorter budget: it is "
+              "the wall-time reference of the return-vs-time plot, not a return at the default budget."]
     shared = sorted({r.get("concurrent_runs", 1) for r in runs} - {1})
     if shared:
         lines += ["", f"Some runs shared the machine ({', '.join(map(str, shared))} at a time, see each JSON's "
