@@ -1,14 +1,15 @@
 """PPO (CleanRL's ppo.py and ppo_continuous_action.py in one file, same defaults) with four paths.
 
-A Discrete action space gets a categorical policy and ppo.py's defaults (CartPole-v1); a Box action space
-gets a Gaussian policy with a state-independent log-std and ppo_continuous_action.py's defaults, including
-observation and reward normalization, done here on device. Per env step one hot function, `act`, writes the
-previous step's reward into the preallocated rollout storage and samples the next action; the action's copy
-to the host is the only thing the CPU waits for. Per iteration `finish` computes GAE as a parallel reverse
-scan, the values it needs (batched over the rollout: no critic on the per-step path) and the minibatch
+A Discrete action space gets a categorical policy and ppo.py's defaults (CartPole-v1); a Box action space gets
+a Gaussian policy with a state-independent log-std and ppo_continuous_action.py's defaults, including
+observation and reward normalization, done here on device. Per env step one hot function stores the previous
+step's reward into the preallocated rollout storage and samples the next action (`act`); the action's copy to
+the host is the only thing the CPU waits for. With torch envs (`--env-backend torch`) the env step joins that
+function and the whole iteration is captured as one graph. Per iteration `finish` computes GAE as a parallel
+reverse scan, the values it needs (batched over the rollout: no critic on the per-step path) and the minibatch
 permutations, all on device, and the next rollout's sampling noise is drawn; then `update` takes one
-clipped-PPO Adam step per minibatch, with the learning rate annealed through a device tensor. Captured, an
-env step is one graph launch and all of the learning from a rollout is another.
+clipped-PPO Adam step per minibatch, with the learning rate annealed through a device tensor. Captured, an env
+step is one graph launch and all of the learning from a rollout is another.
 """
 
 from __future__ import annotations
@@ -331,9 +332,8 @@ def main(args: Args) -> dict:
             obs_rms.update(obs)
         return ((obs - obs_rms.mean) / torch.sqrt(obs_rms.var + 1e-8)).clamp(-10, 10)
 
-    def record(step_in, slot):
+    def record(slot, reward, terminated, truncated, reached_obs):
         """Store the env's answer (reward, episode end, state reached) to the action taken at `slot`."""
-        _, reward, terminated, truncated, reached_obs, _ = HostLink.unpack(step_in, obs_dim)
         if args.normalize:  # gymnasium's NormalizeReward: scale by the std of a discounted return, then clip
             discounted_return.copy_(discounted_return * args.gamma * (1 - terminated) + reward)
             return_rms.update(discounted_return)
@@ -343,21 +343,22 @@ def main(args: Args) -> dict:
         put(truncated_at, slot, truncated)
         put(reached_obs_buf, slot, normalize_obs(reached_obs, update=False))
 
-    def act(step_in: torch.Tensor, record_previous: bool) -> torch.Tensor:
-        if record_previous:
-            record(step_in, step_index - 1)
-        obs = normalize_obs(HostLink.unpack(step_in, obs_dim)[-1], update=True)
+    def act(obs: torch.Tensor) -> torch.Tensor:
+        """Sample the action for `obs`; store the observation, action and log-probability at the step's slot."""
+        obs = normalize_obs(obs, update=True)
         with torch.no_grad():
             action, logprob = agent.sample(obs, noise.index_select(0, step_index.view(1)).squeeze(0))
         put(obs_buf, step_index, obs)
         put(actions, step_index, action)
         put(logprobs, step_index, logprob)
-        step_index.add_(1)
         return action if discrete else action.clamp(action_low, action_high)  # the env gets a valid action
 
+    on_device = args.env_backend == "torch"
+
     def finish(step_in: torch.Tensor) -> None:
-        """The rollout's last reward, its values, GAE and every epoch's minibatch permutation."""
-        record(step_in, last_slot)
+        """The rollout's last reward (CPU envs), its values, GAE and every epoch's minibatch permutation."""
+        if not on_device:  # the answer to the rollout's last action arrived after it
+            record(last_slot, *HostLink.unpack(step_in, obs_dim)[1:5])
         step_index.zero_()
         with torch.no_grad():  # the parameters did not change during the rollout: one batched pass
             values.copy_(agent.value(obs_buf))
@@ -428,7 +429,6 @@ def main(args: Args) -> dict:
     # (--env-backend torch) a whole iteration (rollout, GAE, every epoch of updates) is one function, one replay
     # per iteration. With CPU envs an env step (answer in, act, action out) is one and the learning from the
     # rollout (finish and every epoch of updates) is another, and the loop steps the envs in between.
-    on_device = args.env_backend == "torch"
     finish = compiled(finish, args.compile)
     draw_noise()  # the first rollout's
 
@@ -452,28 +452,40 @@ def main(args: Args) -> dict:
     if on_device:
         link = DeviceLink(n_envs, obs_dim, device)
 
-        def env_step(action: torch.Tensor) -> None:
+        def env_step() -> None:
+            """Act, step the envs and store the whole transition at the step's slot; only the next observation
+            goes through the link."""
+            action = act(HostLink.unpack(link.pull(), obs_dim)[-1])
             next_obs, env_rewards, terminations, truncations, infos = envs.step(action)
-            link.put(env_rewards, terminations.float(), truncations.float(), infos["final_obs"], next_obs)
+            record(step_index, env_rewards, terminations.float(), truncations.float(), infos["final_obs"])
+            link.put_next_obs(next_obs)
             episodes.record(infos)
+            step_index.add_(1)
 
-        # Act and env step compiled as one function: storing the env's answer, the policy, the dynamics, autoreset
-        # and episode bookkeeping fuse into a few kernels (captured uncompiled, each op is a kernel of its own).
-        # The first step of a rollout has no previous step to record (`finish` recorded it).
-        step_first = compiled(lambda: env_step(act(link.pull(), record_previous=False)), args.compile)
-        step_next = compiled(lambda: env_step(act(link.pull(), record_previous=True)), args.compile)
+        # Compiled as one function: the policy, the dynamics, autoreset, the storage writes (all at one slot) and
+        # episode bookkeeping fuse into a few kernels (captured uncompiled, each op is a kernel of its own).
+        env_step = compiled(env_step, args.compile)
 
         def whole_iteration() -> dict:
-            step_first()
-            for _ in range(num_steps - 1):
-                step_next()
+            for _ in range(num_steps):
+                env_step()
             return learn_from_rollout()
 
         whole_iteration = path(whole_iteration)
     else:
         link = HostLink(n_envs, obs_dim, action_shape, torch.long if discrete else torch.float32, device)
-        act_first = compiled(lambda step_in: act(step_in, record_previous=False), args.compile)  # see finish
-        act_next = compiled(lambda step_in: act(step_in, record_previous=True), args.compile)
+
+        def act_on_answer(step_in: torch.Tensor, record_previous: bool) -> torch.Tensor:
+            """The env's answer in: store it for the previous action (the rollout's first has none: `finish`
+            stored the last rollout's), then act on the observation it carries."""
+            if record_previous:
+                record(step_index - 1, *HostLink.unpack(step_in, obs_dim)[1:5])
+            action = act(HostLink.unpack(step_in, obs_dim)[-1])
+            step_index.add_(1)
+            return action
+
+        act_first = compiled(lambda step_in: act_on_answer(step_in, record_previous=False), args.compile)
+        act_next = compiled(lambda step_in: act_on_answer(step_in, record_previous=True), args.compile)
         step_first = path(lambda: link.push(act_first(link.pull())))
         step_next = path(lambda: link.push(act_next(link.pull())))
         learn = path(learn_from_rollout)

@@ -32,7 +32,7 @@ class RunArgs:
     """torch.compile the hot functions"""
     cudagraphs: bool = False
     """capture the hot functions in CUDA graphs (needs CUDA; warns and runs without otherwise)"""
-    autotune: bool = False
+    max_autotune: bool = False
     """with --compile: time candidate kernels while compiling and keep the fastest (inductor's max-autotune:
     Triton matmuls with bias and activation fused in); the first compile takes minutes, later runs hit the cache"""
     log_every: int = 100
@@ -99,8 +99,8 @@ def check_run_args(args: RunArgs) -> None:
     check(args.checkpoint_every == 0 or args.save_model, "--checkpoint-every needs --save-model")
     check(args.env_backend in ("gymnasium", "torch"),
           f"--env-backend must be gymnasium or torch (got {args.env_backend!r})")
-    check(args.compile or not args.autotune, "--autotune tunes what --compile builds; add --compile")
-    if args.autotune:
+    check(args.compile or not args.max_autotune, "--max-autotune tunes what --compile builds; add --compile")
+    if args.max_autotune:
         torch._inductor.config.max_autotune = True
 
 
@@ -320,6 +320,10 @@ class DeviceLink:
     def put(self, rewards, terminations, truncations, reached_obs, next_obs) -> None:
         columns = [torch.ones_like(rewards), rewards, terminations, truncations]
         self.dev_in.copy_(torch.cat([torch.stack(columns, 1).to(self.dev_in.dtype), reached_obs, next_obs], 1))
+
+    def put_next_obs(self, next_obs) -> None:
+        """Only the observation to act on, for loops that store the rest of the answer themselves."""
+        self.dev_in[:, 4 + self.obs_dim :] = next_obs
 
     def pull(self) -> torch.Tensor:
         return self.dev_in

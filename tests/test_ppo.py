@@ -64,7 +64,7 @@ def test_eager_and_compile_give_the_same_first_updates(tmp_path, env_id, overrid
     (["--num-envs", "0"], ["--num-envs must be positive"]),
     (["--total-timesteps", "100"], ["less than one rollout"]),
     (["--env-backend", "jax"], ["--env-backend must be gymnasium or torch"]),
-    (["--autotune"], ["--autotune", "add --compile"]),
+    (["--max-autotune"], ["--max-autotune", "add --compile"]),
     (["--env-backend", "torch", "--env-id", "LunarLander-v3"], ["--env-backend torch has no LunarLander-v3"]),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, flags, words):
