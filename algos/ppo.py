@@ -478,9 +478,10 @@ def main(args: Args) -> dict:
         def act_on_answer(step_in: torch.Tensor, record_previous: bool) -> torch.Tensor:
             """The env's answer in: store it for the previous action (the rollout's first has none: `finish`
             stored the last rollout's), then act on the observation it carries."""
+            _, *answer, obs = HostLink.unpack(step_in, obs_dim)
             if record_previous:
-                record(step_index - 1, *HostLink.unpack(step_in, obs_dim)[1:5])
-            action = act(HostLink.unpack(step_in, obs_dim)[-1])
+                record(step_index - 1, *answer)
+            action = act(obs)
             step_index.add_(1)
             return action
 

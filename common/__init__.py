@@ -1,7 +1,6 @@
 """turborl's shared plumbing: envs, the path switch, logging. Algorithms live in algos/, one file each."""
 
 from common.envs import (
-    EpisodeRing,
     action_space,
     final_observations,
     finished_episodes,
@@ -36,7 +35,6 @@ from common.run import (
 __all__ = [
     "Checkpoints",
     "DeviceLink",
-    "EpisodeRing",
     "HostLink",
     "RunArgs",
     "RunLogger",
