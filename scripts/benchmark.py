@@ -3,6 +3,7 @@
     python scripts/benchmark.py --suite speed                 # every algo x every path, short steady-state runs
     python scripts/benchmark.py --suite learning --seeds 1 2 3  # default tasks to a budget: fastest path + eager
     python scripts/report.py                                  # results/ -> results/README.md + plots
+    python scripts/benchmark.py --labels ppo-torch4096 --variant fused --extra-flags=--fuse-layers  # A/B a flag
 
 Each run is a subprocess `python algos/<algo>.py ...`, the command a user would type, and its JSON holds the
 steady-state steps/s (median of the windows after compile and capture), the startup (compile + capture)
@@ -27,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PATH_FLAGS = {"eager": [], "compile": ["--compile"], "cudagraphs": ["--cudagraphs"],
@@ -50,6 +51,8 @@ class Task:
     """extra flags of that setup"""
     cuda_only: bool = False
     """skipped without CUDA (too big for a CPU run)"""
+    min_steps: int = 1000
+    """fewest env steps of a run at any --scale (PPO: 8 rollouts, so steady-state windows follow its startup)"""
 
     @property
     def label(self) -> str:
@@ -65,8 +68,8 @@ SPEED = [
     Task("dqn", "CartPole-v1", 60_000, 30_000, 5_000),
     Task("td3", "HalfCheetah-v5", 25_000, 5_000, 2_000),
     Task("sac", "HalfCheetah-v5", 25_000, 4_000, 2_000),
-    Task("ppo", "CartPole-v1", 200_000, 50_000),
-    Task("ppo", "HalfCheetah-v5", 61_440, 20_480),
+    Task("ppo", "CartPole-v1", 200_000, 50_000, min_steps=8 * 512),
+    Task("ppo", "HalfCheetah-v5", 61_440, 20_480, min_steps=8 * 2048),
     # The whole PPO iteration as one graph on torch CartPole: 4096 envs x 128 steps per iteration.
     Task("ppo", "CartPole-v1", 4096 * 128 * 100, 4096 * 128 * 6, variant="torch4096", flags=TORCH_ENVS_4096,
          cuda_only=True),
@@ -74,11 +77,11 @@ SPEED = [
 # Learning: each algorithm's default task and budget (CleanRL's), eager on a short budget (return vs wall time).
 LEARNING = [
     Task("dqn", "CartPole-v1", 500_000, 50_000),
-    Task("ppo", "CartPole-v1", 500_000, 50_000),
+    Task("ppo", "CartPole-v1", 500_000, 50_000, min_steps=8 * 512),
     # Eager TD3/SAC run at ~150/~100 steps/s on the H200: their eager budgets fit one 10-minute call.
     Task("td3", "HalfCheetah-v5", 1_000_000, 50_000),
     Task("sac", "HalfCheetah-v5", 1_000_000, 30_000),
-    Task("ppo", "HalfCheetah-v5", 1_000_000, 100_000),
+    Task("ppo", "HalfCheetah-v5", 1_000_000, 100_000, min_steps=8 * 2048),
     # Time to solve (mean of the last 100 episodes >= 475), compile and capture included: torch CartPole, 4 envs.
     Task("ppo", "CartPole-v1", 500_000, 500_000, variant="torch-solve",
          flags=("--env-backend", "torch", "--stop-at-return", "475")),
@@ -115,6 +118,11 @@ class Args:
     """seconds before a run is stopped and recorded as failed"""
     force: bool = False
     """rerun runs whose JSON already says ok"""
+    variant: str = ""
+    """a name for --extra-flags, appended to every task's label (its runs get JSON files of their own)"""
+    extra_flags: str = ""
+    """flags added to every run, e.g. `--variant fused --extra-flags=--fuse-layers` (the `=` keeps a single flag
+    from being read as the benchmark's own)"""
 
 
 def machine() -> dict:
@@ -173,7 +181,7 @@ def return_curve(metrics_csv: str, max_points: int = 200) -> dict:
 def run_one(task: Task, path: str, seed: int, scale: float, measure_floor: bool, timeout: float) -> dict:
     """Run one script as a subprocess; the record says ok or failed (with the error), never nothing."""
     runs_dir = tempfile.mkdtemp(prefix="turborl-bench-")
-    steps = max(1000, int((task.steps if "cudagraphs" in path else task.eager_steps) * scale))
+    steps = max(task.min_steps, int((task.steps if "cudagraphs" in path else task.eager_steps) * scale))
     user_command = [f"algos/{task.algo}.py", "--env-id", task.env_id, "--seed", str(seed),
                     "--total-timesteps", str(steps), *PATH_FLAGS[path], *task.flags]
     if task.learning_starts is not None:
@@ -226,6 +234,9 @@ def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
         if (task.algo not in args.algos or (args.envs and task.env_id not in args.envs)
                 or (args.labels and task.label not in args.labels) or (task.cuda_only and not cuda)):
             continue
+        if args.variant:
+            task = replace(task, variant="-".join(filter(None, (task.variant, args.variant))),
+                           flags=(*task.flags, *shlex.split(args.extra_flags)))
         for path in paths:
             for seed in args.seeds if (args.suite == "speed" or path != "eager") else args.seeds[:1]:
                 runs.append((task, path, seed))
@@ -241,6 +252,8 @@ def main(args: Args) -> None:
     unknown = [p for p in args.paths or [] if p not in PATH_FLAGS]
     if unknown:
         raise SystemExit(f"error: unknown path(s) {unknown}; choose from {list(PATH_FLAGS)}")
+    if bool(args.variant) != bool(args.extra_flags):
+        raise SystemExit("error: --variant and --extra-flags go together (a name for the flags, and the flags)")
     if args.jobs < 1 or (args.jobs > 1 and args.suite == "speed"):
         raise SystemExit("error: --jobs must be >= 1, and 1 for the speed suite (speed is measured alone)")
     cuda = torch.cuda.is_available()

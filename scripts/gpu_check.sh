@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
-# The GPU check: versions, the GPU tests, then the speed suite for the given algos; a short table last.
-# Usage: scripts/gpu_check.sh OUTDIR [ALGO ...]   (results JSON under OUTDIR/speed, logs in OUTDIR)
+# On a CUDA machine: the GPU tests (capture works, the four paths compute the same thing), then a speed
+# benchmark; the benchmark's table comes last. Arguments after the output folder go to the benchmark.
+#
+#   bash scripts/gpu_check.sh results/speed                          # the whole speed suite
+#   bash scripts/gpu_check.sh /tmp/ab --labels ppo-torch4096 --paths compile+cudagraphs
 set -uo pipefail
-out=${1:?usage: scripts/gpu_check.sh OUTDIR [ALGO ...]}; shift
-algos=("$@"); ((${#algos[@]})) || algos=(dqn td3 sac ppo)
-mkdir -p "$out"
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python -c "import sys, torch, tensordict, gymnasium; print('python', sys.version.split()[0], 'torch', torch.__version__, 'tensordict', tensordict.__version__, 'gymnasium', gymnasium.__version__)"
-} 2>&1 | tee "$out/versions.txt"
-timeout "${GPU_TEST_TIMEOUT:-300}" python -m pytest -q tests/test_gpu.py > "$out/gpu_tests.log" 2>&1
-echo "gpu tests exit $?: $(tail -1 "$out/gpu_tests.log")"
-python scripts/benchmark.py --suite speed --algos "${algos[@]}" --out "$out/speed" --timeout 240 \
-  > "$out/speed.log" 2>&1
-grep -A100 "suite on" "$out/speed.log"
+cd "$(dirname "$0")/.."
+out=${1:?give the output folder of the benchmark JSON}
+shift
+python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'error: no CUDA device here')" || exit 2
+python -m pytest -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tail -n 15
+python scripts/benchmark.py --suite speed --out "$out" "$@"

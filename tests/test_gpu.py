@@ -25,13 +25,17 @@ SHORT_RUNS = {
     "ppo-continuous": ("ppo", {"env_id": "Pendulum-v1", "num_envs": 2, "num_steps": 32, "num_minibatches": 4,
                                "update_epochs": 2, "total_timesteps": 2 * 32 * 12}, "value_loss"),
 }
+# Cases that add flags of the compiled paths (the same runs as another case's, so it is renamed).
+SHORT_RUNS["ppo-torch-envs-fused"] = SHORT_RUNS["ppo-torch-envs"]
+COMPILED_FLAGS = {"ppo-torch-envs-fused": {"fuse_layers": True}}
 
 
 def first_losses(tmp_path, case: str, compile: bool, cudagraphs: bool, n: int = 10) -> list[float]:
     script, overrides, loss_name = SHORT_RUNS[case]
     module = importlib.import_module(f"algos.{script}")
     torch._dynamo.reset()  # a fresh compile per run: dynamo's recompile limit is per code object
-    args = module.Args(**overrides, log_every=1, compile=compile, cudagraphs=cudagraphs,
+    args = module.Args(**overrides, **(COMPILED_FLAGS.get(case, {}) if compile else {}), log_every=1,
+                       compile=compile, cudagraphs=cudagraphs,
                        runs_dir=str(tmp_path / f"{case}-{compile}-{cudagraphs}"))
     losses = metric(module.main(args)["run_dir"], loss_name)
     assert len(losses) >= n

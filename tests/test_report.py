@@ -72,3 +72,13 @@ def test_report_tables_speedups_failures_and_readme_block(tmp_path):
     new = readme.read_text()
     assert "old" not in new and "25.0x" in new and new.startswith("intro") and new.endswith("rest\n")
     assert "../results/speed_speed.png" in new
+
+
+def test_a_variant_runs_its_tasks_with_the_extra_flags_under_its_own_label():
+    args = benchmark.Args(labels=["ppo-torch4096"], paths=["compile+cudagraphs"], variant="fused",
+                          extra_flags="--fuse-layers --max-autotune")
+    [(task, path, seed)] = benchmark.plan(args, cuda=True)
+    assert task.label == "ppo-torch4096-fused" and (path, seed) == ("compile+cudagraphs", 1)
+    assert task.flags[-2:] == ("--fuse-layers", "--max-autotune") and "--tf32" in task.flags
+    with pytest.raises(SystemExit, match="go together"):
+        benchmark.main(benchmark.Args(variant="fused"))

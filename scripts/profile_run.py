@@ -1,0 +1,116 @@
+"""Where a run's time goes: the kernels (CUDA) or ops (CPU) of a few steady loop iterations of a real script.
+
+    python scripts/profile_run.py ppo --skip 5 --active 3 -- --env-backend torch --num-envs 4096 --compile --cudagraphs
+    python scripts/profile_run.py td3 --skip 3000 --active 50 -- --compile --cudagraphs --learning-starts 1000
+
+Runs the script's own `main` with the flags after `--` under torch.profiler. A loop iteration is one call of
+the run's progress report: an env step, or a whole iteration where the script runs one as a single call
+(PPO on torch envs). The first `--skip` iterations pass unprofiled (compile and capture happen there), the next
+`--active` are recorded, then the run stops. Prints the most expensive kernels (CUDA) or ops (CPU), the
+GPU time and kernel count per iteration, and writes a Chrome trace (open it in Perfetto).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+import tyro
+
+from common import RunLogger
+from common.run import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass
+class Args:
+    algo: tyro.conf.Positional[str]
+    """the script to profile: dqn, ppo, sac or td3"""
+    skip: int = 10
+    """loop iterations before the recorded ones (past compile and capture: see the script's startup time)"""
+    active: int = 5
+    """loop iterations recorded"""
+    rows: int = 25
+    """rows of the table"""
+    trace: str = "profile_trace.json"
+    """where the Chrome trace goes"""
+
+
+class WindowDone(Exception):
+    """Raised from the progress report once the recorded iterations are over: the run has nothing more to say."""
+
+
+def load_script(algo: str):
+    path = os.path.join(ROOT, "algos", f"{algo}.py")
+    if not os.path.exists(path):
+        raise SystemExit(f"error: no script algos/{algo}.py; pick one of dqn, ppo, sac, td3")
+    spec = importlib.util.spec_from_file_location(f"turborl_{algo}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def profile(args: Args, script_argv: list[str]) -> str:
+    """Profile the run; returns the printed report."""
+    if args.skip < 1 or args.active < 1:
+        raise SystemExit(f"error: --skip must be >= 1 and --active >= 1 (got {args.skip}, {args.active})")
+    script = load_script(args.algo)
+    script_args = tyro.cli(script.Args, args=script_argv)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available() and script_args.cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    calls = 0
+    report_progress = RunLogger.progress
+
+    def progress(logger, step: int) -> None:
+        nonlocal calls
+        report_progress(logger, step)
+        calls += 1
+        if calls == args.skip:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()  # the skipped iterations' kernels stay out of the window
+            profiler.start()
+        elif calls == args.skip + args.active:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            profiler.stop()
+            raise WindowDone
+
+    profiler = torch.profiler.profile(activities=activities)
+    RunLogger.progress = progress
+    try:
+        script.main(script_args)
+    except WindowDone:
+        pass
+    except UserError as err:
+        raise SystemExit(f"error: {err}") from None
+    finally:
+        RunLogger.progress = report_progress
+    if calls < args.skip + args.active:
+        raise SystemExit(f"error: the run ended after {calls} loop iterations, before the recorded window "
+                         f"({args.skip} + {args.active}); give it more --total-timesteps or a smaller --skip")
+    profiler.export_chrome_trace(args.trace)
+    on_gpu = torch.profiler.ProfilerActivity.CUDA in activities
+    averages = profiler.key_averages()
+    lines = [averages.table(sort_by="self_device_time_total" if on_gpu else "self_cpu_time_total",
+                            row_limit=args.rows)]
+    if on_gpu:
+        kernels = [e for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        busy_us = sum(e.device_time for e in kernels)
+        lines.append(f"per loop iteration: {busy_us / args.active:.1f} us of GPU kernels, "
+                     f"{len(kernels) / args.active:.1f} kernels")
+    lines.append(f"trace: {args.trace}")
+    report = "\n".join(lines)
+    print(report)
+    return report
+
+
+if __name__ == "__main__":
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    profile(tyro.cli(Args, args=argv[:split], description=__doc__.strip()), argv[split + 1:])
