@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# On a CUDA machine: the GPU tests (capture works, the four paths compute the same thing), then a speed
-# benchmark; the benchmark's table comes last. Arguments after the output folder go to the benchmark.
+# The GPU check: versions, the GPU tests (capture works, the four paths compute the same thing), then the speed
+# suite; the benchmark's table last. Arguments after OUTDIR go to the benchmark (default: the whole suite).
 #
-#   bash scripts/gpu_check.sh results/speed                          # the whole speed suite
-#   bash scripts/gpu_check.sh /tmp/ab --labels ppo-torch4096 --paths compile+cudagraphs
+#   scripts/gpu_check.sh OUTDIR                                       # JSON under OUTDIR/speed, logs in OUTDIR
+#   scripts/gpu_check.sh OUTDIR --labels ppo-torch4096 --paths compile+cudagraphs
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?give the output folder of the benchmark JSON}
-shift
-python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'error: no CUDA device here')" || exit 2
-python -m pytest -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tail -n 15
-python scripts/benchmark.py --suite speed --out "$out" "$@"
+out=${1:?usage: scripts/gpu_check.sh OUTDIR [benchmark flags ...]}; shift
+mkdir -p "$out"
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python -c "import sys, torch, tensordict, gymnasium; print('python', sys.version.split()[0], 'torch', torch.__version__, 'tensordict', tensordict.__version__, 'gymnasium', gymnasium.__version__)"
+} 2>&1 | tee "$out/versions.txt"
+timeout "${GPU_TEST_TIMEOUT:-400}" python -m pytest -q -p no:cacheprovider tests/test_gpu.py > "$out/gpu_tests.log" 2>&1
+echo "gpu tests exit $?: $(tail -1 "$out/gpu_tests.log")"
+python scripts/benchmark.py --suite speed --out "$out/speed" --timeout 240 "$@" > "$out/speed.log" 2>&1
+grep -A100 "suite on" "$out/speed.log"
