@@ -39,6 +39,7 @@ from common import (
     export_policy,
     final_observations,
     floor_us,
+    fuse_linears,
     init_distributed,
     is_cheap,
     make_env,
@@ -91,9 +92,6 @@ class Args(RunArgs):
     """step envs in subprocesses (default: on when there are several envs of a costly simulator)"""
     stop_at_return: float | None = None
     """stop once the mean return of the last 100 episodes reaches this (time-to-solve benchmarks)"""
-    fuse_layers: bool = False
-    """with --compile: write the networks' small layers as products and sums, which compiled code fuses with the
-    ops around them (a matmul is a library call of its own): fewer kernels per step and per update"""
     tf32: bool = False
     """TensorFloat-32 matmuls on CUDA (JAX's default on recent GPUs): big-batch updates run on tensor cores, with
     products rounded to a 10-bit mantissa"""
@@ -112,41 +110,25 @@ def layer(n_in: int, n_out: int, std: float = math.sqrt(2)) -> nn.Linear:
     return linear
 
 
-def run_mlp(net: nn.Sequential, x: torch.Tensor, fuse_small: bool) -> torch.Tensor:
-    """net(x); with `fuse_small`, each small linear layer as a broadcast product and a sum over its inputs.
-    Compiled, a matmul is a library call of its own, followed by a kernel for its bias and activation; a product
-    and sum fuse with the ops around them instead. Small: 8 or fewer inputs or outputs (the first and last
-    layers), or 8192 rows or fewer (a per-step act over a few thousand envs: launch-bound, so every layer). A
-    64x64 layer over a big minibatch stays a matmul. Eager would build every product in memory: compiled only."""
-    rows = x.numel() // x.shape[-1]
-    for module in net:
-        if fuse_small and isinstance(module, nn.Linear) and (
-                min(module.in_features, module.out_features) <= 8 or rows <= 8192):
-            x = (x.unsqueeze(-2) * module.weight).sum(-1) + module.bias
-        else:
-            x = module(x)
-    return x
-
-
 class Agent(nn.Module):
     """CleanRL's agent: separate 64-64 tanh actor and critic. Distributions are written out (no
     torch.distributions): no argument checks, no host syncs, one random draw per action."""
 
-    def __init__(self, obs_dim: int, n_out: int, discrete: bool, fuse_layers: bool = False):
+    def __init__(self, obs_dim: int, n_out: int, discrete: bool):
         super().__init__()
-        self.discrete, self.fuse_layers = discrete, fuse_layers
+        self.discrete = discrete
         self.critic = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, 1, 1.0))
         self.actor = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, n_out, 0.01))
         if not discrete:
             self.actor_logstd = nn.Parameter(torch.zeros(n_out))
 
     def value(self, obs):
-        return run_mlp(self.critic, obs, self.fuse_layers).squeeze(-1)
+        return self.critic(obs).squeeze(-1)
 
     def sample(self, obs, noise):
         """(action, its log-probability) from noise drawn beforehand: Gumbel noise for categorical (Gumbel-max),
         standard normal for the reparameterized Gaussian."""
-        out = run_mlp(self.actor, obs, self.fuse_layers)
+        out = self.actor(obs)
         if self.discrete:
             logp = out.log_softmax(-1)
             action = (logp + noise).argmax(-1)
@@ -156,7 +138,7 @@ class Agent(nn.Module):
 
     def evaluate(self, obs, action):
         """(log-probability of action, entropy, value) under the current parameters."""
-        out = run_mlp(self.actor, obs, self.fuse_layers)
+        out = self.actor(obs)
         if self.discrete:
             logp = out.log_softmax(-1)
             entropy = -(logp.exp() * logp).sum(-1)
@@ -271,7 +253,6 @@ def resolve_defaults(args: Args) -> bool:
     check(args.total_timesteps >= batch,
           f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
     check(args.log_every >= 1, f"--log-every must be >= 1 (got {args.log_every})")
-    check(args.compile or not args.fuse_layers, "--fuse-layers writes layers for compiled code; add --compile")
     return discrete
 
 
@@ -298,7 +279,8 @@ def main(args: Args) -> dict:
     action_shape = () if discrete else space.shape
     n_out = int(space.n) if discrete else space.shape[0]
 
-    agent = Agent(obs_dim, n_out, discrete, fuse_layers=args.fuse_layers).to(device)
+    agent = Agent(obs_dim, n_out, discrete).to(device)
+    fuse_linears(agent, enabled=args.fuse_layers)
     if world > 1:  # every rank starts from rank 0's parameters
         for p in agent.parameters():
             torch.distributed.broadcast(p.data, 0)

@@ -35,6 +35,7 @@ from common import (
     export_policy,
     final_observations,
     floor_us,
+    fuse_linears,
     make_env,
     pick_device,
     resolve_cudagraphs,
@@ -178,6 +179,7 @@ def main(args: Args) -> dict:
     low, high = envs.single_action_space.low, envs.single_action_space.high
 
     actor = Actor(obs_dim, action_dim, low, high).to(device)
+    fuse_linears(actor, enabled=args.fuse_layers)  # the twin critic is batched matmuls, not nn.Linear
     qf = TwinSoftQNetwork(obs_dim, action_dim).to(device)
     qf_target = copy.deepcopy(qf).requires_grad_(False)
     capturable = cudagraphs and not args.compile

@@ -32,6 +32,10 @@ class RunArgs:
     """torch.compile the hot functions"""
     cudagraphs: bool = False
     """capture the hot functions in CUDA graphs (needs CUDA; warns and runs without otherwise)"""
+    fuse_layers: bool = False
+    """with --compile: compute small linear layers as broadcast products and sums, which inductor fuses with the
+    ops around them (a matmul is a library call plus a kernel for its bias and activation): fewer kernels, for
+    GPUs, where a small kernel costs its launch; on a CPU the matmuls are faster"""
     max_autotune: bool = False
     """with --compile: time candidate kernels while compiling and keep the fastest (inductor's max-autotune:
     Triton matmuls with bias and activation fused in); the first compile takes minutes, later runs hit the cache"""
@@ -100,6 +104,7 @@ def check_run_args(args: RunArgs) -> None:
     check(args.env_backend in ("gymnasium", "torch"),
           f"--env-backend must be gymnasium or torch (got {args.env_backend!r})")
     check(args.compile or not args.max_autotune, "--max-autotune tunes what --compile builds; add --compile")
+    check(args.compile or not args.fuse_layers, "--fuse-layers writes layers for compiled code; add --compile")
     if args.max_autotune:
         torch._inductor.config.max_autotune = True
 
@@ -205,6 +210,32 @@ def accelerate(
         return out
 
     return run
+
+
+class FusedLinear(torch.nn.Linear):
+    """An nn.Linear that compiled code fuses with the ops around it (see `fuse_linears`). Compiled, a matmul is a
+    library call of its own, followed by a kernel for its bias and activation; a broadcast product and a sum
+    over the inputs fuse with their neighbours instead. Used when small: 8 or fewer inputs or outputs (thin
+    layers), or at most `max_rows` rows (a per-step act or a small batch: launch-bound, so every layer). A wide
+    layer over a big batch stays a matmul. Eager calls stay matmuls: eager would build every product in memory."""
+
+    max_rows = 8192
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1]
+        if torch.compiler.is_compiling() and (min(self.in_features, self.out_features) <= 8 or rows <= self.max_rows):
+            out = (x.unsqueeze(-2) * self.weight).sum(-1)
+            return out if self.bias is None else out + self.bias
+        return super().forward(x)
+
+
+def fuse_linears(*modules: torch.nn.Module, enabled: bool = True) -> None:
+    """--fuse-layers: every nn.Linear inside `modules` becomes a FusedLinear, in place (same parameters, same
+    state dict), so the networks' code stays as written."""
+    for module in modules if enabled else ():
+        for layer in module.modules():
+            if type(layer) is torch.nn.Linear:
+                layer.__class__ = FusedLinear
 
 
 def soft_update(target_params: list[torch.Tensor], online_params: list[torch.Tensor], tau: float) -> None:
@@ -350,6 +381,9 @@ def export_policy(policy: torch.nn.Module, obs_dim: int, path: str) -> str:
     import copy
 
     module = copy.deepcopy(policy).cpu().eval()
+    for layer in module.modules():  # a portable program: plain matmuls
+        if type(layer) is FusedLinear:
+            layer.__class__ = torch.nn.Linear
     batch = torch.export.Dim("batch", min=1)
     with torch.no_grad():
         program = torch.export.export(module, (torch.zeros(2, obs_dim),), dynamic_shapes=({0: batch},))

@@ -40,14 +40,6 @@ def test_reverse_scan_is_gae_recursion():
     torch.testing.assert_close(ppo.reverse_scan(deltas, coef), expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("shape", [(5, 4), (3, 7, 4), (9000, 4)])
-def test_fused_layers_compute_the_network(shape):
-    """Small layers written as products and sums (every layer up to 8192 rows, then only the thin ones)."""
-    net = torch.nn.Sequential(ppo.layer(4, 64), torch.nn.Tanh(), ppo.layer(64, 64), torch.nn.Tanh(), ppo.layer(64, 2))
-    x = torch.randn(shape)
-    torch.testing.assert_close(ppo.run_mlp(net, x, fuse_small=True), net(x), rtol=1e-5, atol=1e-5)
-
-
 @pytest.mark.parametrize("env_id, overrides, compiled_flags", [
     ("CartPole-v1", {"num_steps": 32}, {}),
     ("CartPole-v1", {"num_steps": 32, "env_backend": "torch"}, {"fuse_layers": True}),  # the env step too
