@@ -212,18 +212,20 @@ def accelerate(
     return run
 
 
-class FusedLinear(torch.nn.Linear):
-    """An nn.Linear that compiled code fuses with the ops around it (see `fuse_linears`). Compiled, a matmul is a
-    library call of its own, followed by a kernel for its bias and activation; a broadcast product and a sum
-    over the inputs fuse with their neighbours instead. Used when small: 8 or fewer inputs or outputs (thin
-    layers), or at most `max_rows` rows (a per-step act or a small batch: launch-bound, so every layer). A wide
-    layer over a big batch stays a matmul. Eager calls stay matmuls: eager would build every product in memory."""
+def fused_here(rows: int, n_in: int, n_out: int) -> bool:
+    """Whether a layer under --fuse-layers is computed as a broadcast product and a sum over its inputs here.
+    Compiled, a matmul is a library call of its own, followed by a kernel for its bias and activation; a product
+    and sum fuse with their neighbours instead. Done when small: 8 or fewer inputs or outputs (thin layers), or
+    8192 rows or fewer (a per-step act or a small batch: launch-bound, so every layer); a wide layer over a big
+    batch stays a matmul. Only inside compiled code: eager would build every product in memory."""
+    return torch.compiler.is_compiling() and (min(n_in, n_out) <= 8 or rows <= 8192)
 
-    max_rows = 8192
+
+class FusedLinear(torch.nn.Linear):
+    """An nn.Linear that compiled code fuses with the ops around it when small (`fused_here`)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // x.shape[-1]
-        if torch.compiler.is_compiling() and (min(self.in_features, self.out_features) <= 8 or rows <= self.max_rows):
+        if fused_here(x.numel() // x.shape[-1], self.in_features, self.out_features):
             out = (x.unsqueeze(-2) * self.weight).sum(-1)
             return out if self.bias is None else out + self.bias
         return super().forward(x)
@@ -231,11 +233,14 @@ class FusedLinear(torch.nn.Linear):
 
 def fuse_linears(*modules: torch.nn.Module, enabled: bool = True) -> None:
     """--fuse-layers: every nn.Linear inside `modules` becomes a FusedLinear, in place (same parameters, same
-    state dict), so the networks' code stays as written."""
+    state dict), so the networks' code stays as written; a module with layers of its own that can be fused
+    says so with a `fuse_layers` attribute, which is set."""
     for module in modules if enabled else ():
         for layer in module.modules():
             if type(layer) is torch.nn.Linear:
                 layer.__class__ = FusedLinear
+            elif hasattr(layer, "fuse_layers"):
+                layer.fuse_layers = True
 
 
 def soft_update(target_params: list[torch.Tensor], online_params: list[torch.Tensor], tau: float) -> None:

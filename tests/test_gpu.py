@@ -26,7 +26,7 @@ SHORT_RUNS = {
                                "update_epochs": 2, "total_timesteps": 2 * 32 * 12}, "value_loss"),
 }
 # --fuse-layers: the compiled paths of another case's runs with the flag (cudagraphs alone does not use it).
-FUSED = ("dqn", "td3", "ppo-torch-envs")
+FUSED = ("dqn", "td3", "sac", "ppo-torch-envs")
 SHORT_RUNS.update({f"{case}-fused": SHORT_RUNS[case] for case in FUSED})
 COMPILED_FLAGS = {f"{case}-fused": {"fuse_layers": True} for case in FUSED}
 

@@ -25,7 +25,7 @@ def test_learns_pendulum(tmp_path, algo):
     assert np.mean(returns[-10:]) >= -400, returns[-10:]
 
 
-@pytest.mark.parametrize("algo, fuse_layers", [("td3", True), ("sac", False)])
+@pytest.mark.parametrize("algo, fuse_layers", [("td3", True), ("sac", False), ("sac", True)])
 def test_eager_and_compile_give_the_same_first_losses(tmp_path, algo, fuse_layers):
     module = importlib.import_module(f"algos.{algo}")
     losses = {}
