@@ -49,6 +49,8 @@ class Task:
     """a name for a non-default setup (part of the JSON file name and the table's algo column)"""
     flags: tuple[str, ...] = ()
     """extra flags of that setup"""
+    compile_flags: tuple[str, ...] = ()
+    """extra flags of its compiled paths only (e.g. --fuse-layers, which needs --compile)"""
     cuda_only: bool = False
     """skipped without CUDA (too big for a CPU run)"""
     min_steps: int = 1000
@@ -183,7 +185,8 @@ def run_one(task: Task, path: str, seed: int, scale: float, measure_floor: bool,
     runs_dir = tempfile.mkdtemp(prefix="turborl-bench-")
     steps = max(task.min_steps, int((task.steps if "cudagraphs" in path else task.eager_steps) * scale))
     user_command = [f"algos/{task.algo}.py", "--env-id", task.env_id, "--seed", str(seed),
-                    "--total-timesteps", str(steps), *PATH_FLAGS[path], *task.flags]
+                    "--total-timesteps", str(steps), *PATH_FLAGS[path], *task.flags,
+                    *(task.compile_flags if "compile" in path else ())]
     if task.learning_starts is not None:
         user_command += ["--learning-starts", str(max(100, int(task.learning_starts * scale)))]
     if measure_floor:

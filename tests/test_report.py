@@ -82,3 +82,9 @@ def test_a_variant_runs_its_tasks_with_the_extra_flags_under_its_own_label():
     assert task.flags[-2:] == ("--fuse-layers", "--max-autotune") and "--tf32" in task.flags
     with pytest.raises(SystemExit, match="go together"):
         benchmark.main(benchmark.Args(variant="fused"))
+
+
+def test_compile_flags_go_to_the_compiled_paths_only():
+    task = benchmark.Task("dqn", "NoSuchEnv-v0", 1000, 1000, compile_flags=("--fuse-layers",))
+    commands = {path: benchmark.run_one(task, path, 1, 1.0, False, 60)["command"] for path in ("eager", "compile")}
+    assert "--fuse-layers" in commands["compile"].split() and "--fuse-layers" not in commands["eager"].split()
