@@ -386,7 +386,9 @@ def export_policy(policy: torch.nn.Module, obs_dim: int, path: str) -> str:
     import copy
 
     module = copy.deepcopy(policy).cpu().eval()
-    for layer in module.modules():  # a portable program: plain matmuls
+    # A portable program: plain matmuls. (FusedLinear cannot tell export from compile itself: under torch 2.11's
+    # torch.compile, torch.compiler.is_exporting() reads True.)
+    for layer in module.modules():
         if type(layer) is FusedLinear:
             layer.__class__ = torch.nn.Linear
     batch = torch.export.Dim("batch", min=1)

@@ -3,7 +3,8 @@
     python scripts/benchmark.py --suite speed                 # every algo x every path, short steady-state runs
     python scripts/benchmark.py --suite learning --seeds 1 2 3  # default tasks to a budget: fastest path + eager
     python scripts/report.py                                  # results/ -> results/README.md + plots
-    python scripts/benchmark.py --labels ppo-torch4096 --variant fused --extra-flags=--fuse-layers  # A/B a flag
+    python scripts/benchmark.py --labels ppo-torch4096 --paths compile+cudagraphs --variant fused \
+        --extra-flags=--fuse-layers                           # A/B a flag (this one needs --compile)
 
 Each run is a subprocess `python algos/<algo>.py ...`, the command a user would type, and its JSON holds the
 steady-state steps/s (median of the windows after compile and capture), the startup (compile + capture)

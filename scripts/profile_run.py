@@ -61,9 +61,8 @@ def profile(args: Args, script_argv: list[str]) -> str:
         raise SystemExit(f"error: --skip must be >= 1 and --active >= 1 (got {args.skip}, {args.active})")
     script = load_script(args.algo)
     script_args = tyro.cli(script.Args, args=script_argv)
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if torch.cuda.is_available() and script_args.cuda:
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    on_gpu = torch.cuda.is_available() and script_args.cuda
+    activities = [torch.profiler.ProfilerActivity.CPU, *([torch.profiler.ProfilerActivity.CUDA] if on_gpu else [])]
     calls = 0
     report_progress = RunLogger.progress
 
@@ -72,11 +71,11 @@ def profile(args: Args, script_argv: list[str]) -> str:
         report_progress(logger, step)
         calls += 1
         if calls == args.skip:
-            if torch.cuda.is_available():
+            if on_gpu:
                 torch.cuda.synchronize()  # the skipped iterations' kernels stay out of the window
             profiler.start()
         elif calls == args.skip + args.active:
-            if torch.cuda.is_available():
+            if on_gpu:
                 torch.cuda.synchronize()
             profiler.stop()
             raise WindowDone
@@ -95,7 +94,6 @@ def profile(args: Args, script_argv: list[str]) -> str:
         raise SystemExit(f"error: the run ended after {calls} loop iterations, before the recorded window "
                          f"({args.skip} + {args.active}); give it more --total-timesteps or a smaller --skip")
     profiler.export_chrome_trace(args.trace)
-    on_gpu = torch.profiler.ProfilerActivity.CUDA in activities
     averages = profiler.key_averages()
     lines = [averages.table(sort_by="self_device_time_total" if on_gpu else "self_cpu_time_total",
                             row_limit=args.rows)]

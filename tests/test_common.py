@@ -192,3 +192,4 @@ def test_fused_layers_compute_the_same_network(tmp_path, shape, matmuls):
     assert sum(c.count("extern_kernels.addmm(") + c.count("extern_kernels.mm(") for c in code) == matmuls
     program = torch.export.load(export_policy(net, 4, str(tmp_path / "policy.pt2")))
     torch.testing.assert_close(program.module()(x.reshape(-1, 4)), expected.reshape(-1, 2))
+    assert [str(n.target) for n in program.graph.nodes if "linear" in str(n.target)] == ["aten.linear.default"] * 3
