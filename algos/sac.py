@@ -102,7 +102,7 @@ class TwinSoftQNetwork(nn.Module):
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
             if detach_params:
                 weight, bias = weight.detach(), bias.detach()
-            if self.fuse_layers and fused_here(x.shape[1], *weight.shape[1:]):
+            if self.fuse_layers and fused_here(x.shape[1]):
                 x = (x.unsqueeze(-1) * weight.unsqueeze(1)).sum(-2) + bias
             else:
                 x = torch.baddbmm(bias, x, weight)
