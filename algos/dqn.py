@@ -30,7 +30,6 @@ from common import (
     export_policy,
     final_observations,
     floor_us,
-    fuse_linears,
     make_env,
     pick_device,
     resolve_cudagraphs,
@@ -127,7 +126,6 @@ def main(args: Args) -> dict:
     n_actions = int(envs.single_action_space.n)
 
     q_network = QNetwork(obs_dim, n_actions).to(device)
-    fuse_linears(q_network, enabled=args.fuse_layers)
     target_network = copy.deepcopy(q_network).requires_grad_(False)
     # capturable: Adam keeps its step count on the device, as a CUDA graph without compile needs.
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate,

@@ -39,7 +39,6 @@ from common import (
     export_policy,
     final_observations,
     floor_us,
-    fuse_linears,
     init_distributed,
     is_cheap,
     make_env,
@@ -280,7 +279,6 @@ def main(args: Args) -> dict:
     n_out = int(space.n) if discrete else space.shape[0]
 
     agent = Agent(obs_dim, n_out, discrete).to(device)
-    fuse_linears(agent, enabled=args.fuse_layers)
     if world > 1:  # every rank starts from rank 0's parameters
         for p in agent.parameters():
             torch.distributed.broadcast(p.data, 0)

@@ -35,8 +35,6 @@ from common import (
     export_policy,
     final_observations,
     floor_us,
-    fuse_linears,
-    fused_here,
     make_env,
     pick_device,
     resolve_cudagraphs,
@@ -94,7 +92,6 @@ class TwinSoftQNetwork(nn.Module):
                                         for n_in, n_out, b in zip(sizes[:-1], sizes[1:], bounds, strict=True))
         self.biases = nn.ParameterList(nn.Parameter(torch.empty(members, 1, n_out).uniform_(-b, b))
                                        for n_out, b in zip(sizes[1:], bounds, strict=True))
-        self.fuse_layers = False  # --fuse-layers: small layers as products and sums in compiled code
 
     def forward(self, x, a, detach_params: bool = False):
         """Q-values, shape (2, batch). `detach_params`: gradients reach the inputs only (the actor's loss)."""
@@ -102,10 +99,7 @@ class TwinSoftQNetwork(nn.Module):
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
             if detach_params:
                 weight, bias = weight.detach(), bias.detach()
-            if self.fuse_layers and fused_here(x.shape[1]):
-                x = (x.unsqueeze(-1) * weight.unsqueeze(1)).sum(-2) + bias
-            else:
-                x = torch.baddbmm(bias, x, weight)
+            x = torch.baddbmm(bias, x, weight)
             if i < len(self.weights) - 1:
                 x = F.relu(x)
         return x.squeeze(2)
@@ -185,7 +179,6 @@ def main(args: Args) -> dict:
 
     actor = Actor(obs_dim, action_dim, low, high).to(device)
     qf = TwinSoftQNetwork(obs_dim, action_dim).to(device)
-    fuse_linears(actor, qf, enabled=args.fuse_layers)
     qf_target = copy.deepcopy(qf).requires_grad_(False)
     capturable = cudagraphs and not args.compile
     q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr, capturable=capturable)

@@ -33,7 +33,6 @@ from common import (
     export_policy,
     final_observations,
     floor_us,
-    fuse_linears,
     make_env,
     pick_device,
     resolve_cudagraphs,
@@ -134,7 +133,6 @@ def main(args: Args) -> dict:
 
     actor = Actor(obs_dim, action_dim, low, high).to(device)
     qf1, qf2 = QNetwork(obs_dim, action_dim).to(device), QNetwork(obs_dim, action_dim).to(device)
-    fuse_linears(actor, qf1, qf2, enabled=args.fuse_layers)
     target_actor, qf1_target, qf2_target = (copy.deepcopy(m).requires_grad_(False) for m in (actor, qf1, qf2))
     capturable = cudagraphs and not args.compile
     q_optimizer = torch.optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.learning_rate,

@@ -32,10 +32,6 @@ class RunArgs:
     """torch.compile the hot functions"""
     cudagraphs: bool = False
     """capture the hot functions in CUDA graphs (needs CUDA; warns and runs without otherwise)"""
-    fuse_layers: bool = False
-    """with --compile: compute small linear layers as broadcast products and sums, which inductor fuses with the
-    ops around them (a matmul is a library call plus a kernel for its bias and activation): fewer kernels, for
-    GPUs, where a small kernel costs its launch; on a CPU the matmuls are faster"""
     max_autotune: bool = False
     """with --compile: time candidate kernels while compiling and keep the fastest (inductor's max-autotune:
     Triton matmuls with bias and activation fused in); the first compile takes minutes, later runs hit the cache"""
@@ -104,7 +100,6 @@ def check_run_args(args: RunArgs) -> None:
     check(args.env_backend in ("gymnasium", "torch"),
           f"--env-backend must be gymnasium or torch (got {args.env_backend!r})")
     check(args.compile or not args.max_autotune, "--max-autotune tunes what --compile builds; add --compile")
-    check(args.compile or not args.fuse_layers, "--fuse-layers writes layers for compiled code; add --compile")
     if args.max_autotune:
         torch._inductor.config.max_autotune = True
 
@@ -210,38 +205,6 @@ def accelerate(
         return out
 
     return run
-
-
-def fused_here(rows: int) -> bool:
-    """Whether a layer under --fuse-layers is computed as a broadcast product and a sum over its inputs here.
-    Compiled, a matmul is a library call of its own, followed by a kernel for its bias and activation; a product
-    and sum fuse with their neighbours instead. Done for 8192 rows or fewer (a per-step act or a small batch:
-    launch-bound). A big batch keeps its matmuls, thin layers included: on an H200, PPO's 131,072-row minibatches
-    with their 4-input and 1- and 2-output layers as products and sums (whose weight gradients are sums over every
-    row) ran 9x slower. Only inside compiled code: eager would build every product in memory."""
-    return torch.compiler.is_compiling() and rows <= 8192
-
-
-class FusedLinear(torch.nn.Linear):
-    """An nn.Linear that compiled code fuses with the ops around it when small (`fused_here`)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if fused_here(x.numel() // x.shape[-1]):
-            out = (x.unsqueeze(-2) * self.weight).sum(-1)
-            return out if self.bias is None else out + self.bias
-        return super().forward(x)
-
-
-def fuse_linears(*modules: torch.nn.Module, enabled: bool = True) -> None:
-    """--fuse-layers: every nn.Linear inside `modules` becomes a FusedLinear, in place (same parameters, same
-    state dict), so the networks' code stays as written; a module with layers of its own that can be fused
-    says so with a `fuse_layers` attribute, which is set."""
-    for module in modules if enabled else ():
-        for layer in module.modules():
-            if type(layer) is torch.nn.Linear:
-                layer.__class__ = FusedLinear
-            elif hasattr(layer, "fuse_layers"):
-                layer.fuse_layers = True
 
 
 def soft_update(target_params: list[torch.Tensor], online_params: list[torch.Tensor], tau: float) -> None:
@@ -387,11 +350,6 @@ def export_policy(policy: torch.nn.Module, obs_dim: int, path: str) -> str:
     import copy
 
     module = copy.deepcopy(policy).cpu().eval()
-    # A portable program: plain matmuls. (FusedLinear cannot tell export from compile itself: under torch 2.11's
-    # torch.compile, torch.compiler.is_exporting() reads True.)
-    for layer in module.modules():
-        if type(layer) is FusedLinear:
-            layer.__class__ = torch.nn.Linear
     batch = torch.export.Dim("batch", min=1)
     with torch.no_grad():
         program = torch.export.export(module, (torch.zeros(2, obs_dim),), dynamic_shapes=({0: batch},))

@@ -3,8 +3,8 @@
     python scripts/benchmark.py --suite speed                 # every algo x every path, short steady-state runs
     python scripts/benchmark.py --suite learning --seeds 1 2 3  # default tasks to a budget: fastest path + eager
     python scripts/report.py                                  # results/ -> results/README.md + plots
-    python scripts/benchmark.py --labels ppo-torch4096 --paths compile+cudagraphs --variant fused \
-        --extra-flags=--fuse-layers                           # A/B a flag (this one needs --compile)
+    python scripts/benchmark.py --labels ppo-torch4096 --paths compile+cudagraphs --variant autotune \
+        --extra-flags=--max-autotune                          # A/B a flag (this one needs --compile)
 
 Each run is a subprocess `python algos/<algo>.py ...`, the command a user would type, and its JSON holds the
 steady-state steps/s (median of the windows after compile and capture), the startup (compile + capture)
@@ -50,8 +50,6 @@ class Task:
     """a name for a non-default setup (part of the JSON file name and the table's algo column)"""
     flags: tuple[str, ...] = ()
     """extra flags of that setup"""
-    compile_flags: tuple[str, ...] = ()
-    """extra flags of its compiled paths only (e.g. --fuse-layers, which needs --compile)"""
     cuda_only: bool = False
     """skipped without CUDA (too big for a CPU run)"""
     min_steps: int = 1000
@@ -124,7 +122,7 @@ class Args:
     variant: str = ""
     """a name for --extra-flags, appended to every task's label (its runs get JSON files of their own)"""
     extra_flags: str = ""
-    """flags added to every run, e.g. `--variant fused --extra-flags=--fuse-layers` (the `=` keeps a single flag
+    """flags added to every run, e.g. `--variant autotune --extra-flags=--max-autotune` (the `=` keeps a single flag
     from being read as the benchmark's own)"""
 
 
@@ -186,8 +184,7 @@ def run_one(task: Task, path: str, seed: int, scale: float, measure_floor: bool,
     runs_dir = tempfile.mkdtemp(prefix="turborl-bench-")
     steps = max(task.min_steps, int((task.steps if "cudagraphs" in path else task.eager_steps) * scale))
     user_command = [f"algos/{task.algo}.py", "--env-id", task.env_id, "--seed", str(seed),
-                    "--total-timesteps", str(steps), *PATH_FLAGS[path], *task.flags,
-                    *(task.compile_flags if "compile" in path else ())]
+                    "--total-timesteps", str(steps), *PATH_FLAGS[path], *task.flags]
     if task.learning_starts is not None:
         user_command += ["--learning-starts", str(max(100, int(task.learning_starts * scale)))]
     if measure_floor:

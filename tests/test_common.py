@@ -12,17 +12,14 @@ from common import (
     RunLogger,
     UserError,
     accelerate,
-    export_policy,
     final_observations,
     finished_episodes,
-    fuse_linears,
     make_env,
     pick_device,
     resolve_cudagraphs,
     soft_update,
     track_episodes,
 )
-from common.run import FusedLinear
 from tests.helpers import metric
 
 
@@ -170,26 +167,3 @@ def test_run_logger_writes_metrics_and_summary(tmp_path):
     assert summary["steady_sps"] > 0 and summary["mean_return_last20"] == 12.0
     assert json.load(open(os.path.join(logger.dir, "args.json")))["env_id"] == "Test-v0"
     assert json.load(open(os.path.join(logger.dir, "summary.json")))["steps"] == 3000
-
-
-@pytest.mark.parametrize("shape, matmuls", [((5, 4), 0), ((3, 7, 4), 0), ((9000, 4), 3)])
-def test_fused_layers_compute_the_same_network(tmp_path, shape, matmuls):
-    """Compiled, layers over 8192 rows or fewer become products and sums (over 9000 rows all three stay
-    matmuls); the output is the matmuls' and an exported policy gets
-    plain layers back."""
-    from torch._inductor.utils import run_and_get_code
-
-    torch._dynamo.reset()
-    net = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
-                              torch.nn.Linear(64, 2))
-    x = torch.randn(shape)
-    expected = net(x)
-    fuse_linears(net)
-    assert all(type(m) is FusedLinear for m in (net[0], net[2], net[4]))
-    torch.testing.assert_close(net(x), expected, rtol=0, atol=0)  # eager calls stay matmuls
-    out, code = run_and_get_code(torch.compile(net), x)
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
-    assert sum(c.count("extern_kernels.addmm(") + c.count("extern_kernels.mm(") for c in code) == matmuls
-    program = torch.export.load(export_policy(net, 4, str(tmp_path / "policy.pt2")))
-    torch.testing.assert_close(program.module()(x.reshape(-1, 4)), expected.reshape(-1, 2))
-    assert [str(n.target) for n in program.graph.nodes if "linear" in str(n.target)] == ["aten.linear.default"] * 3

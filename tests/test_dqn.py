@@ -33,13 +33,12 @@ def _first_losses(tmp_path, compile: bool, n: int = 8) -> list[float]:
 
     torch._dynamo.reset()
     args = Args(total_timesteps=300, learning_starts=200, train_frequency=1, log_every=1, cuda=False,
-                compile=compile, fuse_layers=compile, runs_dir=str(tmp_path / ("compile" if compile else "eager")))
+                compile=compile, runs_dir=str(tmp_path / ("compile" if compile else "eager")))
     summary = main(args)
     return metric(summary["run_dir"], "td_loss")[:n]
 
 
 def test_dqn_eager_and_compile_give_the_same_first_losses(tmp_path):
-    """Compiled with --fuse-layers: the Q-network's layers as products and sums."""
     eager = _first_losses(tmp_path, compile=False)
     compiled = _first_losses(tmp_path, compile=True)
     assert len(eager) == 8 and eager[0] > 0

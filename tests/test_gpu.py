@@ -25,18 +25,13 @@ SHORT_RUNS = {
     "ppo-continuous": ("ppo", {"env_id": "Pendulum-v1", "num_envs": 2, "num_steps": 32, "num_minibatches": 4,
                                "update_epochs": 2, "total_timesteps": 2 * 32 * 12}, "value_loss"),
 }
-# --fuse-layers: the compiled paths of another case's runs with the flag (cudagraphs alone does not use it).
-FUSED = ("dqn", "td3", "sac", "ppo-torch-envs")
-SHORT_RUNS.update({f"{case}-fused": SHORT_RUNS[case] for case in FUSED})
-COMPILED_FLAGS = {f"{case}-fused": {"fuse_layers": True} for case in FUSED}
 
 
 def first_losses(tmp_path, case: str, compile: bool, cudagraphs: bool, n: int = 10) -> list[float]:
     script, overrides, loss_name = SHORT_RUNS[case]
     module = importlib.import_module(f"algos.{script}")
     torch._dynamo.reset()  # a fresh compile per run: dynamo's recompile limit is per code object
-    args = module.Args(**overrides, **(COMPILED_FLAGS.get(case, {}) if compile else {}), log_every=1,
-                       compile=compile, cudagraphs=cudagraphs,
+    args = module.Args(**overrides, log_every=1, compile=compile, cudagraphs=cudagraphs,
                        runs_dir=str(tmp_path / f"{case}-{compile}-{cudagraphs}"))
     losses = metric(module.main(args)["run_dir"], loss_name)
     assert len(losses) >= n
@@ -47,8 +42,6 @@ def first_losses(tmp_path, case: str, compile: bool, cudagraphs: bool, n: int = 
 def test_four_paths_same_first_losses(tmp_path, case):
     eager = first_losses(tmp_path, case, False, False)
     for name, (compile, cudagraphs) in PATHS.items():
-        if case in COMPILED_FLAGS and not compile:
-            continue
         torch.testing.assert_close(first_losses(tmp_path, case, compile, cudagraphs), eager, rtol=1e-3, atol=1e-5,
                                    msg=lambda m, name=name: f"{case} {name}: {m}")
 

@@ -25,14 +25,14 @@ def test_learns_pendulum(tmp_path, algo):
     assert np.mean(returns[-10:]) >= -400, returns[-10:]
 
 
-@pytest.mark.parametrize("algo, fuse_layers", [("td3", True), ("sac", False), ("sac", True)])
-def test_eager_and_compile_give_the_same_first_losses(tmp_path, algo, fuse_layers):
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_eager_and_compile_give_the_same_first_losses(tmp_path, algo):
     module = importlib.import_module(f"algos.{algo}")
     losses = {}
     for compile in (False, True):
         torch._dynamo.reset()
         args = module.Args(env_id="Pendulum-v1", total_timesteps=110, learning_starts=100, log_every=1, cuda=False,
-                           compile=compile, fuse_layers=compile and fuse_layers, runs_dir=str(tmp_path / str(compile)))
+                           compile=compile, runs_dir=str(tmp_path / str(compile)))
         losses[compile] = metric(module.main(args)["run_dir"], "qf_loss")[:8]
     assert len(losses[False]) == 8
     torch.testing.assert_close(losses[True], losses[False], rtol=1e-4, atol=1e-5)

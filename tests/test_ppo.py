@@ -40,18 +40,17 @@ def test_reverse_scan_is_gae_recursion():
     torch.testing.assert_close(ppo.reverse_scan(deltas, coef), expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("env_id, overrides, compiled_flags", [
-    ("CartPole-v1", {"num_steps": 32}, {}),
-    ("CartPole-v1", {"num_steps": 32, "env_backend": "torch"}, {"fuse_layers": True}),  # the env step too
-    ("Pendulum-v1", {"num_steps": 64, "num_minibatches": 4, "update_epochs": 2}, {"fuse_layers": True}),
+@pytest.mark.parametrize("env_id, overrides", [
+    ("CartPole-v1", {"num_steps": 32}),
+    ("CartPole-v1", {"num_steps": 32, "env_backend": "torch"}),  # the env step is compiled too
+    ("Pendulum-v1", {"num_steps": 64, "num_minibatches": 4, "update_epochs": 2}),
 ])
-def test_eager_and_compile_give_the_same_first_updates(tmp_path, env_id, overrides, compiled_flags):
+def test_eager_and_compile_give_the_same_first_updates(tmp_path, env_id, overrides):
     losses = {}
     for compile in (False, True):
         torch._dynamo.reset()
         args = ppo.Args(env_id=env_id, total_timesteps=overrides["num_steps"] * 4 * 3, num_envs=4, log_every=1,
-                        cuda=False, compile=compile, runs_dir=str(tmp_path / str(compile)), **overrides,
-                        **(compiled_flags if compile else {}))
+                        cuda=False, compile=compile, runs_dir=str(tmp_path / str(compile)), **overrides)
         run_dir = ppo.main(args)["run_dir"]
         losses[compile] = [metric(run_dir, name) for name in ("policy_loss", "value_loss", "approx_kl")]
     assert len(losses[False][0]) == 3
@@ -66,7 +65,6 @@ def test_eager_and_compile_give_the_same_first_updates(tmp_path, env_id, overrid
     (["--total-timesteps", "100"], ["less than one rollout"]),
     (["--env-backend", "jax"], ["--env-backend must be gymnasium or torch"]),
     (["--max-autotune"], ["--max-autotune", "add --compile"]),
-    (["--fuse-layers"], ["--fuse-layers", "add --compile"]),
     (["--env-backend", "torch", "--env-id", "LunarLander-v3"], ["--env-backend torch has no LunarLander-v3"]),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, flags, words):

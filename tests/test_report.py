@@ -75,16 +75,11 @@ def test_report_tables_speedups_failures_and_readme_block(tmp_path):
 
 
 def test_a_variant_runs_its_tasks_with_the_extra_flags_under_its_own_label():
-    args = benchmark.Args(labels=["ppo-torch4096"], paths=["compile+cudagraphs"], variant="fused",
-                          extra_flags="--fuse-layers --max-autotune")
+    args = benchmark.Args(labels=["ppo-torch4096"], paths=["compile+cudagraphs"], variant="autotune",
+                          extra_flags="--max-autotune --log-every 7")
     [(task, path, seed)] = benchmark.plan(args, cuda=True)
-    assert task.label == "ppo-torch4096-fused" and (path, seed) == ("compile+cudagraphs", 1)
-    assert task.flags[-2:] == ("--fuse-layers", "--max-autotune") and "--tf32" in task.flags
+    assert task.label == "ppo-torch4096-autotune" and (path, seed) == ("compile+cudagraphs", 1)
+    assert task.flags[-3:] == ("--max-autotune", "--log-every", "7") and "--tf32" in task.flags
     with pytest.raises(SystemExit, match="go together"):
-        benchmark.main(benchmark.Args(variant="fused"))
+        benchmark.main(benchmark.Args(variant="autotune"))
 
-
-def test_compile_flags_go_to_the_compiled_paths_only():
-    task = benchmark.Task("dqn", "NoSuchEnv-v0", 1000, 1000, compile_flags=("--fuse-layers",))
-    commands = {path: benchmark.run_one(task, path, 1, 1.0, False, 60)["command"] for path in ("eager", "compile")}
-    assert "--fuse-layers" in commands["compile"].split() and "--fuse-layers" not in commands["eager"].split()
