@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
+import logging
 import os
 import pickle
 import random
@@ -146,6 +147,12 @@ class StartupClock:
     """Wall time spent in the calls that compile or capture (reported apart from steady-state speed)."""
 
     seconds = 0.0
+
+
+# torch.optim wraps each step in a profiler marker, which compiled code drops with a warning on every compiled
+# run; it says nothing about the run, so it is not printed.
+logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(
+    lambda record: not record.getMessage().startswith("Profiler record function"))
 
 
 def compiled(fn: F, enabled: bool = True) -> F:

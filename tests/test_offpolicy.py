@@ -84,3 +84,11 @@ def test_discrete_env_is_a_user_error(tmp_path, algo):
 @pytest.mark.parametrize("algo", ["td3", "sac"])
 def test_default_mujoco_task_without_the_extra_is_a_user_error(tmp_path, algo):
     assert_user_error(run_script(algo, "--runs-dir", str(tmp_path)), "HalfCheetah-v5", "pip install -e '.[mujoco]'")
+
+
+def test_a_compiled_run_does_not_print_torchs_profiler_notice(tmp_path):
+    """torch.optim's profiler marker makes compiled code warn on every run; common.run filters that one line."""
+    result = run_script("td3", "--env-id", "Pendulum-v1", "--total-timesteps", "300", "--learning-starts", "100",
+                        "--compile", "--runs-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Profiler record function" not in result.stdout + result.stderr
