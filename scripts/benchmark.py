@@ -1,7 +1,7 @@
 """Benchmark turborl: run the real scripts (algos x paths x envs x seeds) and write one JSON per run.
 
     python scripts/benchmark.py --suite speed                 # every algo x every path, short steady-state runs
-    python scripts/benchmark.py --suite learning --seeds 1 2 3  # default tasks to a budget: fastest path + eager
+    python scripts/benchmark.py --suite learning --seeds 1 2    # default tasks to a budget: fastest path + eager
     python scripts/report.py                                  # results/ -> results/README.md + plots
     python scripts/benchmark.py --labels ppo-torch4096 --paths compile+cudagraphs --variant autotune \
         --extra-flags=--max-autotune                          # A/B a flag (this one needs --compile)

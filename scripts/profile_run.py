@@ -12,7 +12,7 @@ GPU time and kernel count per iteration, and writes a Chrome trace (open it in P
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import sys
 from dataclasses import dataclass
@@ -20,10 +20,9 @@ from dataclasses import dataclass
 import torch
 import tyro
 
-from common import RunLogger
-from common.run import UserError
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # algos/ and common/ from this checkout, as the scripts see them
+from common import RunLogger, UserError  # noqa: E402
 
 
 @dataclass
@@ -44,22 +43,13 @@ class WindowDone(Exception):
     """Raised from the progress report once the recorded iterations are over: the run has nothing more to say."""
 
 
-def load_script(algo: str):
-    path = os.path.join(ROOT, "algos", f"{algo}.py")
-    if not os.path.exists(path):
-        raise SystemExit(f"error: no script algos/{algo}.py; pick one of dqn, ppo, sac, td3")
-    spec = importlib.util.spec_from_file_location(f"turborl_{algo}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def profile(args: Args, script_argv: list[str]) -> str:
     """Profile the run; returns the printed report."""
     if args.skip < 1 or args.active < 1:
         raise SystemExit(f"error: --skip must be >= 1 and --active >= 1 (got {args.skip}, {args.active})")
-    script = load_script(args.algo)
+    if not os.path.exists(os.path.join(ROOT, "algos", f"{args.algo}.py")):
+        raise SystemExit(f"error: no script algos/{args.algo}.py; pick one of dqn, ppo, sac, td3")
+    script = importlib.import_module(f"algos.{args.algo}")
     script_args = tyro.cli(script.Args, args=script_argv)
     on_gpu = torch.cuda.is_available() and script_args.cuda
     activities = [torch.profiler.ProfilerActivity.CPU, *([torch.profiler.ProfilerActivity.CUDA] if on_gpu else [])]
