@@ -94,6 +94,10 @@ class Args(RunArgs):
     tf32: bool = False
     """TensorFloat-32 matmuls on CUDA (JAX's default on recent GPUs): big-batch updates run on tensor cores, with
     products rounded to a 10-bit mantissa"""
+    bf16: bool = False
+    """hidden layers in bfloat16 (autocast; the output layers, losses and Adam stay float32): the big-batch
+    update is bound by memory bandwidth and this halves the bytes of its activations, at bfloat16's 8-bit
+    mantissa"""
 
 
 DISCRETE_DEFAULTS = dict(total_timesteps=500_000, learning_rate=2.5e-4, num_envs=4, num_steps=128,
@@ -113,21 +117,30 @@ class Agent(nn.Module):
     """CleanRL's agent: separate 64-64 tanh actor and critic. Distributions are written out (no
     torch.distributions): no argument checks, no host syncs, one random draw per action."""
 
-    def __init__(self, obs_dim: int, n_out: int, discrete: bool):
+    def __init__(self, obs_dim: int, n_out: int, discrete: bool, bf16: bool = False):
         super().__init__()
-        self.discrete = discrete
+        self.discrete, self.bf16 = discrete, bf16
         self.critic = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, 1, 1.0))
         self.actor = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, n_out, 0.01))
         if not discrete:
             self.actor_logstd = nn.Parameter(torch.zeros(n_out))
 
+    def run(self, net: nn.Sequential, obs):
+        """`net` on `obs`; with bf16 its hidden layers compute and keep activations in bfloat16, and the output
+        layer gets them back in float32 (a value's bfloat16 rounding would be 0.5 at returns of 100)."""
+        if not self.bf16:
+            return net(obs)
+        with torch.autocast(obs.device.type, torch.bfloat16):
+            hidden = net[:-1](obs)
+        return net[-1](hidden.float())
+
     def value(self, obs):
-        return self.critic(obs).squeeze(-1)
+        return self.run(self.critic, obs).squeeze(-1)
 
     def sample(self, obs, noise):
         """(action, its log-probability) from noise drawn beforehand: Gumbel noise for categorical (Gumbel-max),
         standard normal for the reparameterized Gaussian."""
-        out = self.actor(obs)
+        out = self.run(self.actor, obs)
         if self.discrete:
             logp = out.log_softmax(-1)
             action = (logp + noise).argmax(-1)
@@ -137,7 +150,7 @@ class Agent(nn.Module):
 
     def evaluate(self, obs, action):
         """(log-probability of action, entropy, value) under the current parameters."""
-        out = self.actor(obs)
+        out = self.run(self.actor, obs)
         if self.discrete:
             logp = out.log_softmax(-1)
             entropy = -(logp.exp() * logp).sum(-1)
@@ -146,7 +159,7 @@ class Agent(nn.Module):
         return self.gaussian_logp(out, action), entropy, self.value(obs)
 
     def deterministic(self, obs):
-        out = self.actor(obs)
+        out = self.run(self.actor, obs)
         return out.argmax(-1) if self.discrete else out
 
     def gaussian_logp(self, mean, action):
@@ -278,7 +291,7 @@ def main(args: Args) -> dict:
     action_shape = () if discrete else space.shape
     n_out = int(space.n) if discrete else space.shape[0]
 
-    agent = Agent(obs_dim, n_out, discrete).to(device)
+    agent = Agent(obs_dim, n_out, discrete, args.bf16).to(device)
     if world > 1:  # every rank starts from rank 0's parameters
         for p in agent.parameters():
             torch.distributed.broadcast(p.data, 0)

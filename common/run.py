@@ -360,8 +360,9 @@ def export_policy(policy: torch.nn.Module, obs_dim: int, path: str) -> str:
     batch = torch.export.Dim("batch", min=1)
     with torch.no_grad():
         program = torch.export.export(module, (torch.zeros(2, obs_dim),), dynamic_shapes=({0: batch},))
-    torch.export.save(program, path + ".tmp")
-    os.replace(path + ".tmp", path)
+    partial = path[: -len(".pt2")] + ".partial.pt2" if path.endswith(".pt2") else path + ".partial"
+    torch.export.save(program, partial)  # a name ending in .pt2: torch.export warns on any other
+    os.replace(partial, path)
     return path
 
 

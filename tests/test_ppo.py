@@ -57,6 +57,23 @@ def test_eager_and_compile_give_the_same_first_updates(tmp_path, env_id, overrid
     torch.testing.assert_close(losses[True], losses[False], rtol=1e-4, atol=1e-6)
 
 
+def test_bf16_keeps_hidden_activations_in_bfloat16_and_outputs_close_to_float32():
+    torch.manual_seed(0)
+    agent, obs = ppo.Agent(4, 2, discrete=True), torch.randn(256, 4)
+    action = torch.randint(0, 2, (256,))
+    reference = agent.evaluate(obs, action)
+    agent.bf16 = True
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        logp, entropy, value = agent.evaluate(obs, action)
+    hidden = [t for t in saved if type(t.grad_fn).__name__ == "TanhBackward0"]  # kept for the backward pass
+    assert len({t.data_ptr() for t in hidden}) == 4 and all(t.dtype == torch.bfloat16 for t in hidden), [(t.shape, t.dtype) for t in saved]
+    assert logp.dtype == value.dtype == torch.float32  # the output layers run in float32
+    for got, want in zip((logp, entropy, value), reference, strict=True):
+        torch.testing.assert_close(got, want, rtol=0.02, atol=0.02)
+        assert not torch.equal(got, want)  # bfloat16 did take part
+
+
 @pytest.mark.parametrize("flags, words", [
     (["--env-id", "NoSuchEnv-v0"], ["unknown env id", "NoSuchEnv-v0"]),
     (["--env-id", "Blackjack-v1"], ["flat Box observations"]),
