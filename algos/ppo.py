@@ -95,9 +95,9 @@ class Args(RunArgs):
     """TensorFloat-32 matmuls on CUDA (JAX's default on recent GPUs): big-batch updates run on tensor cores, with
     products rounded to a 10-bit mantissa"""
     bf16: bool = False
-    """hidden layers in bfloat16 (autocast; the output layers, losses and Adam stay float32): the big-batch
-    update is bound by memory bandwidth and this halves the bytes of its activations, at bfloat16's 8-bit
-    mantissa"""
+    """the learning's big-batch passes (values for GAE, minibatch updates) run their hidden layers in bfloat16
+    (autocast; output layers, losses and Adam stay float32): those passes are bound by memory bandwidth, and
+    this halves the bytes of their activations, at bfloat16's 8-bit mantissa. Acting stays float32."""
 
 
 DISCRETE_DEFAULTS = dict(total_timesteps=500_000, learning_rate=2.5e-4, num_envs=4, num_steps=128,
@@ -125,22 +125,25 @@ class Agent(nn.Module):
         if not discrete:
             self.actor_logstd = nn.Parameter(torch.zeros(n_out))
 
-    def run(self, net: nn.Sequential, obs):
+    @staticmethod
+    def run(net: nn.Sequential, obs, bf16: bool):
         """`net` on `obs`; with bf16 its hidden layers compute and keep activations in bfloat16, and the output
         layer gets them back in float32 (a value's bfloat16 rounding would be 0.5 at returns of 100)."""
-        if not self.bf16:
+        if not bf16:
             return net(obs)
         with torch.autocast(obs.device.type, torch.bfloat16):
             hidden = net[:-1](obs)
         return net[-1](hidden.float())
 
     def value(self, obs):
-        return self.run(self.critic, obs).squeeze(-1)
+        return self.run(self.critic, obs, self.bf16).squeeze(-1)
 
     def sample(self, obs, noise):
         """(action, its log-probability) from noise drawn beforehand: Gumbel noise for categorical (Gumbel-max),
-        standard normal for the reparameterized Gaussian."""
-        out = self.run(self.actor, obs)
+        standard normal for the reparameterized Gaussian. Always float32: a rollout's small batches are bound by
+        launch latency, where bfloat16 would only add casts (with --tf32 the rollout's and the update's
+        matmuls round differently anyway; the ratio's clipping at 1 +- clip_coef dwarfs either)."""
+        out = self.run(self.actor, obs, bf16=False)
         if self.discrete:
             logp = out.log_softmax(-1)
             action = (logp + noise).argmax(-1)
@@ -150,7 +153,7 @@ class Agent(nn.Module):
 
     def evaluate(self, obs, action):
         """(log-probability of action, entropy, value) under the current parameters."""
-        out = self.run(self.actor, obs)
+        out = self.run(self.actor, obs, self.bf16)
         if self.discrete:
             logp = out.log_softmax(-1)
             entropy = -(logp.exp() * logp).sum(-1)
@@ -159,7 +162,7 @@ class Agent(nn.Module):
         return self.gaussian_logp(out, action), entropy, self.value(obs)
 
     def deterministic(self, obs):
-        out = self.run(self.actor, obs)
+        out = self.run(self.actor, obs, bf16=False)
         return out.argmax(-1) if self.discrete else out
 
     def gaussian_logp(self, mean, action):

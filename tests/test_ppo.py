@@ -57,12 +57,14 @@ def test_eager_and_compile_give_the_same_first_updates(tmp_path, env_id, overrid
     torch.testing.assert_close(losses[True], losses[False], rtol=1e-4, atol=1e-6)
 
 
-def test_bf16_keeps_hidden_activations_in_bfloat16_and_outputs_close_to_float32():
+def test_bf16_learns_with_bfloat16_hidden_activations_close_to_float32_and_acts_in_float32():
     torch.manual_seed(0)
     agent, obs = ppo.Agent(4, 2, discrete=True), torch.randn(256, 4)
     action = torch.randint(0, 2, (256,))
-    reference = agent.evaluate(obs, action)
+    reference, noise = agent.evaluate(obs, action), torch.rand(256, 2)
+    acted = agent.sample(obs, noise)
     agent.bf16 = True
+    assert all(torch.equal(a, b) for a, b in zip(agent.sample(obs, noise), acted, strict=True))  # acting: float32
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         logp, entropy, value = agent.evaluate(obs, action)
