@@ -175,14 +175,16 @@ class EpisodeRing:
     """The episodes that end in torch envs, gathered on the device and read by the host from a copy, so the host
     never waits for the GPU. `record(infos)` after each env step (device ops only: it compiles and captures),
     `copy()` queues a copy into pinned memory, `read()` returns the episodes of the last copy not read before:
-    those of the newest `steps` recorded steps, at most the newest `keep` of them (the host logs each one).
+    those of the newest `steps` recorded steps, at most the newest `keep` = 100 of them (the host logs each one;
+    the mean of the newest 100 is what runs report and stop on). Thousands of envs end thousands of episodes
+    per PPO iteration, and logging them all took the host longer than the GPU takes for the iteration.
 
     Each step writes one row, every env's (return, length) with length 0 where no episode ended: an elementwise
     write. A compact list of the ended episodes would need a prefix sum over the envs, a scan that compiles
     into one single-block kernel per step together with whatever inductor fuses into it."""
 
     def __init__(self, n_envs: int, device: torch.device, steps: int):
-        self.steps, self.keep = steps, max(100, n_envs)
+        self.steps, self.keep = steps, 100
         self.table = torch.zeros(steps, 2, n_envs, device=device)
         self.count = torch.zeros((), dtype=torch.long, device=device)  # steps recorded
         pinned = device.type == "cuda"
@@ -212,8 +214,12 @@ class EpisodeRing:
         total = int(self._host_count_np)
         rows = np.array([i % self.steps for i in range(max(self.seen, total - self.steps), total)], dtype=np.int64)
         self.seen = total
-        step, env = self._host_np[rows, 1].nonzero()  # the episodes that ended, in step order, then env order
-        step, env = rows[step[-self.keep:]], env[-self.keep:]
+        lengths = self._host_np[rows, 1]
+        # Search only the newest steps that hold `keep` endings: nonzero over the whole table costs milliseconds.
+        ended_since = np.cumsum(np.count_nonzero(lengths, axis=1)[::-1])  # endings in the newest 1, 2, ... steps
+        first = max(0, len(rows) - 1 - int(np.searchsorted(ended_since, self.keep)))
+        step, env = lengths[first:].nonzero()  # the episodes that ended, in step order, then env order
+        step, env = rows[first:][step[-self.keep:]], env[-self.keep:]
         return list(zip(self._host_np[step, 0, env].tolist(), self._host_np[step, 1, env].astype(int).tolist(),
                         strict=True))
 

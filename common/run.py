@@ -35,7 +35,8 @@ class RunArgs:
     """capture the hot functions in CUDA graphs (needs CUDA; warns and runs without otherwise)"""
     max_autotune: bool = False
     """with --compile: time candidate kernels while compiling and keep the fastest (inductor's max-autotune:
-    Triton matmuls with bias and activation fused in); the first compile takes minutes, later runs hit the cache"""
+    Triton matmuls with bias and activation fused in; and coordinate-descent tuning of every generated kernel's
+    launch parameters); the first compile takes minutes, later runs hit the cache"""
     log_every: int = 100
     """updates between two loss records in the metrics CSV (each record reads the device once)"""
     save_model: bool = False
@@ -103,6 +104,7 @@ def check_run_args(args: RunArgs) -> None:
     check(args.compile or not args.max_autotune, "--max-autotune tunes what --compile builds; add --compile")
     if args.max_autotune:
         torch._inductor.config.max_autotune = True
+        torch._inductor.config.coordinate_descent_tuning = True
 
 
 def pick_device(cuda: bool) -> torch.device:

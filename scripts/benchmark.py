@@ -52,6 +52,8 @@ class Task:
     """extra flags of that setup"""
     cuda_only: bool = False
     """skipped without CUDA (too big for a CPU run)"""
+    compile_only: bool = False
+    """its flags tune what --compile builds (--max-autotune): run in the compiled paths only"""
     min_steps: int = 1000
     """fewest env steps of a run at any --scale (PPO: 8 rollouts, so steady-state windows follow its startup)"""
 
@@ -74,6 +76,10 @@ SPEED = [
     # The whole PPO iteration as one graph on torch CartPole: 4096 envs x 128 steps per iteration.
     Task("ppo", "CartPole-v1", 4096 * 128 * 100, 4096 * 128 * 6, variant="torch4096", flags=TORCH_ENVS_4096,
          cuda_only=True),
+    # The same tuned for throughput: bfloat16 hidden layers in the learning passes, autotuned kernels. 300
+    # iterations: the steady part lasts seconds, not one.
+    Task("ppo", "CartPole-v1", 4096 * 128 * 300, 4096 * 128 * 6, variant="torch4096-bf16-autotune",
+         flags=(*TORCH_ENVS_4096, "--bf16", "--max-autotune"), cuda_only=True, compile_only=True),
 ]
 # Learning: each algorithm's default task and budget (CleanRL's), eager on a short budget (return vs wall time).
 LEARNING = [
@@ -239,6 +245,8 @@ def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
             task = replace(task, variant="-".join(filter(None, (task.variant, args.variant))),
                            flags=(*task.flags, *shlex.split(args.extra_flags)))
         for path in paths:
+            if task.compile_only and "--compile" not in PATH_FLAGS[path]:
+                continue
             for seed in args.seeds if (args.suite == "speed" or path != "eager") else args.seeds[:1]:
                 runs.append((task, path, seed))
     return runs

@@ -22,9 +22,14 @@ SHORT_RUNS = {
     "ppo": ("ppo", {"num_steps": 16, "total_timesteps": 4 * 16 * 12}, "policy_loss"),
     "ppo-torch-envs": ("ppo", {"env_backend": "torch", "num_steps": 16, "total_timesteps": 4 * 16 * 12},
                        "policy_loss"),
+    "ppo-torch-envs-bf16": ("ppo", {"env_backend": "torch", "num_steps": 16, "total_timesteps": 4 * 16 * 12,
+                                    "bf16": True}, "policy_loss"),
     "ppo-continuous": ("ppo", {"env_id": "Pendulum-v1", "num_envs": 2, "num_steps": 32, "num_minibatches": 4,
                                "update_epochs": 2, "total_timesteps": 2 * 32 * 12}, "value_loss"),
 }
+
+# bfloat16: compiled code may round intermediate results at other points than eager.
+TOLERANCES = {"ppo-torch-envs-bf16": {"rtol": 2e-2, "atol": 1e-3}}
 
 
 def first_losses(tmp_path, case: str, compile: bool, cudagraphs: bool, n: int = 10) -> list[float]:
@@ -42,7 +47,8 @@ def first_losses(tmp_path, case: str, compile: bool, cudagraphs: bool, n: int = 
 def test_four_paths_same_first_losses(tmp_path, case):
     eager = first_losses(tmp_path, case, False, False)
     for name, (compile, cudagraphs) in PATHS.items():
-        torch.testing.assert_close(first_losses(tmp_path, case, compile, cudagraphs), eager, rtol=1e-3, atol=1e-5,
+        torch.testing.assert_close(first_losses(tmp_path, case, compile, cudagraphs), eager,
+                                   **TOLERANCES.get(case, {"rtol": 1e-3, "atol": 1e-5}),
                                    msg=lambda m, name=name: f"{case} {name}: {m}")
 
 

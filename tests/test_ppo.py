@@ -69,7 +69,8 @@ def test_bf16_learns_with_bfloat16_hidden_activations_close_to_float32_and_acts_
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         logp, entropy, value = agent.evaluate(obs, action)
     hidden = [t for t in saved if type(t.grad_fn).__name__ == "TanhBackward0"]  # kept for the backward pass
-    assert len({t.data_ptr() for t in hidden}) == 4 and all(t.dtype == torch.bfloat16 for t in hidden), [(t.shape, t.dtype) for t in saved]
+    assert len({t.data_ptr() for t in hidden}) == 4, [(t.shape, t.dtype) for t in saved]
+    assert all(t.dtype == torch.bfloat16 for t in hidden)
     assert logp.dtype == value.dtype == torch.float32  # the output layers run in float32
     for got, want in zip((logp, entropy, value), reference, strict=True):
         torch.testing.assert_close(got, want, rtol=0.02, atol=0.02)
