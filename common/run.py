@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import gc
@@ -13,7 +14,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
@@ -37,6 +38,10 @@ class RunArgs:
     """with --compile: time candidate kernels while compiling and keep the fastest (inductor's max-autotune:
     Triton matmuls with bias and activation fused in; and coordinate-descent tuning of every generated kernel's
     launch parameters); the first compile takes minutes, later runs hit the cache"""
+    inductor: list[str] = field(default_factory=list)
+    """with --compile: inductor options as NAME=VALUE, e.g. `--inductor triton.enable_pdl=True
+    combo_kernels=True` (each kernel of a graph launches while the one before it finishes, on Hopper GPUs and
+    later; independent small kernels share one launch)"""
     log_every: int = 100
     """updates between two loss records in the metrics CSV (each record reads the device once)"""
     save_model: bool = False
@@ -105,6 +110,33 @@ def check_run_args(args: RunArgs) -> None:
     if args.max_autotune:
         torch._inductor.config.max_autotune = True
         torch._inductor.config.coordinate_descent_tuning = True
+    check(args.compile or not args.inductor, "--inductor sets options of what --compile builds; add --compile")
+    for option in args.inductor:
+        set_inductor_option(option)
+
+
+def set_inductor_option(option: str) -> None:
+    """Set one `NAME=VALUE` of torch._inductor.config; VALUE is a Python literal of the option's type."""
+    name, equals, text = option.partition("=")
+    *parents, leaf = name.split(".")
+    owner = torch._inductor.config
+    for parent in parents:
+        owner = getattr(owner, parent, None)
+    missing = object()
+    current = getattr(owner, leaf, missing) if owner is not None and leaf else missing
+    check(equals and current is not missing and not isinstance(current, type(torch._inductor.config.triton)),
+          f"--inductor {option!r}: expected NAME=VALUE with NAME an option of torch._inductor.config "
+          "(e.g. triton.enable_pdl=True)")
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = missing
+    kind = type(current)
+    fits = current is None or type(value) is kind or (kind is float and type(value) is int)
+    check(value is not missing and fits,
+          f"--inductor {option!r}: VALUE must be a Python literal of the option's type "
+          f"({type(current).__name__}, now {current!r})")
+    setattr(owner, leaf, value)
 
 
 def pick_device(cuda: bool) -> torch.device:

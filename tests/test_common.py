@@ -167,3 +167,18 @@ def test_run_logger_writes_metrics_and_summary(tmp_path):
     assert summary["steady_sps"] > 0 and summary["mean_return_last20"] == 12.0
     assert json.load(open(os.path.join(logger.dir, "args.json")))["env_id"] == "Test-v0"
     assert json.load(open(os.path.join(logger.dir, "summary.json")))["steps"] == 3000
+
+
+def test_inductor_options_are_set_by_name_with_values_of_their_type():
+    from common.run import set_inductor_option
+
+    config = torch._inductor.config
+    with config.patch({"combo_kernels": False, "triton.enable_pdl": False, "combo_kernel_max_num_nodes": 8}):
+        for option in ("combo_kernels=True", "triton.enable_pdl=True", "combo_kernel_max_num_nodes=4"):
+            set_inductor_option(option)
+        assert config.combo_kernels is True and config.triton.enable_pdl is True
+        assert config.combo_kernel_max_num_nodes == 4
+        for bad in ("combo_kernels", "combo_kernels=1", "combo_kernels=yes", "triton=True", "triton.no_such=1"):
+            with pytest.raises(UserError, match="--inductor"):
+                set_inductor_option(bad)
+        assert config.combo_kernels is True and config.combo_kernel_max_num_nodes == 4  # bad input set nothing

@@ -85,6 +85,8 @@ def test_bf16_learns_with_bfloat16_hidden_activations_close_to_float32_and_acts_
     (["--total-timesteps", "100"], ["less than one rollout"]),
     (["--env-backend", "jax"], ["--env-backend must be gymnasium or torch"]),
     (["--max-autotune"], ["--max-autotune", "add --compile"]),
+    (["--inductor", "combo_kernels=True"], ["--inductor", "add --compile"]),
+    (["--compile", "--inductor", "no_such_option=True"], ["no_such_option", "option of torch._inductor.config"]),
     (["--env-backend", "torch", "--env-id", "LunarLander-v3"], ["--env-backend torch has no LunarLander-v3"]),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, flags, words):
