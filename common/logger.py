@@ -23,7 +23,8 @@ class RunLogger:
     - A tqdm bar (plain lines every `print_every` seconds when stderr is not a terminal) with steps/s and the
       mean return of the last 20 episodes.
     - Steps/s: `mark_steady(step)` starts the clock once compile and capture are over; `steady_sps` is
-      the speed since then and `window_sps` the speed of each window of `window_steps` steps after it.
+      the speed from then to the last `progress` (what follows the loop, such as saving, is not training)
+      and `window_sps` the speed of each window of `window_steps` steps after it.
     - wandb only with `track=True` (WANDB_MODE=offline works without network).
     """
 
@@ -48,6 +49,7 @@ class RunLogger:
         self._window_start: tuple[int, float] | None = None
         self.window_sps: list[float] = []
         self._step = 0
+        self._progress_time = self.start  # of the last `progress`
         self._tty = sys.stderr.isatty()
         self._print_every = print_every
         self._last_print = self.start
@@ -109,14 +111,14 @@ class RunLogger:
             self._window_start = (step, self.steady_time)
 
     def steady_sps(self) -> float:
-        if self.steady_step is None or self._step <= self.steady_step:
+        if self.steady_step is None or self._step <= self.steady_step or self._progress_time <= self.steady_time:
             return float("nan")
-        return (self._step - self.steady_step) / (time.perf_counter() - self.steady_time)
+        return (self._step - self.steady_step) / (self._progress_time - self.steady_time)
 
     def progress(self, step: int) -> None:
         """Call once per loop iteration with the global step (cheap: host work only)."""
         advanced, self._step = step - self._step, step
-        now = time.perf_counter()
+        now = self._progress_time = time.perf_counter()
         if self._window_start is not None and step - self._window_start[0] >= self.window_steps:
             sps = (step - self._window_start[0]) / (now - self._window_start[1])
             self.window_sps.append(sps)

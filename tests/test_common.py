@@ -1,6 +1,7 @@
 import gc
 import json
 import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,7 +161,10 @@ def test_run_logger_writes_metrics_and_summary(tmp_path):
     logger.mark_steady(100)
     for step in range(100, 3001, 100):
         logger.progress(step)
+    training_sps = logger.steady_sps()
+    time.sleep(0.05)  # after the loop (saving, exporting): not training time
     summary = logger.close()
+    assert summary["steady_sps"] == training_sps
     assert metric(logger.dir, "loss") == [0.5]
     assert metric(logger.dir, "episodic_return") == [12.0]
     assert len(metric(logger.dir, "sps")) == 2  # windows of 1000 steps after the steady mark
