@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import math
 import os
+import time
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -592,6 +593,10 @@ def main(args: Args) -> dict:
         if completed and world > 1:
             extra["rank_param_max_diff"] = rank_param_max_diff(params)
             torch.distributed.destroy_process_group()
+            # gloo's worker threads drop their last collective's tensors just after it returns, and dropping a
+            # tensor takes the GIL: if the interpreter is already exiting, the process aborts ("terminate
+            # called without an active exception", about one torchrun CPU run in ten). A short sleep lets them.
+            time.sleep(0.1)
         summary = logger.close(run_dir=logger.dir, **extra)
     return summary
 
