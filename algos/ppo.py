@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import math
 import os
-import time
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -42,6 +41,7 @@ from common import (
     floor_us,
     init_distributed,
     is_cheap,
+    leave_distributed,
     make_env,
     pick_device,
     resolve_cudagraphs,
@@ -126,25 +126,24 @@ class Agent(nn.Module):
         if not discrete:
             self.actor_logstd = nn.Parameter(torch.zeros(n_out))
 
-    @staticmethod
-    def run(net: nn.Sequential, obs, bf16: bool):
-        """`net` on `obs`; with bf16 its hidden layers compute and keep activations in bfloat16, and the output
-        layer gets them back in float32 (a value's bfloat16 rounding would be 0.5 at returns of 100)."""
-        if not bf16:
+    def run(self, net: nn.Sequential, obs):
+        """`net` on a big batch; with bf16 its hidden layers compute and keep activations in bfloat16, and the
+        output layer gets them back in float32 (a value's bfloat16 rounding would be 0.5 at returns of 100)."""
+        if not self.bf16:
             return net(obs)
         with torch.autocast(obs.device.type, torch.bfloat16):
             hidden = net[:-1](obs)
         return net[-1](hidden.float())
 
     def value(self, obs):
-        return self.run(self.critic, obs, self.bf16).squeeze(-1)
+        return self.run(self.critic, obs).squeeze(-1)
 
     def sample(self, obs, noise):
         """(action, its log-probability) from noise drawn beforehand: Gumbel noise for categorical (Gumbel-max),
         standard normal for the reparameterized Gaussian. Always float32: a rollout's small batches are bound by
         launch latency, where bfloat16 would only add casts (with --tf32 the rollout's and the update's
         matmuls round differently anyway; the ratio's clipping at 1 +- clip_coef dwarfs either)."""
-        out = self.run(self.actor, obs, bf16=False)
+        out = self.actor(obs)
         if self.discrete:
             logp = out.log_softmax(-1)
             action = (logp + noise).argmax(-1)
@@ -154,7 +153,7 @@ class Agent(nn.Module):
 
     def evaluate(self, obs, action):
         """(log-probability of action, entropy, value) under the current parameters."""
-        out = self.run(self.actor, obs, self.bf16)
+        out = self.run(self.actor, obs)
         if self.discrete:
             logp = out.log_softmax(-1)
             entropy = -(logp.exp() * logp).sum(-1)
@@ -163,7 +162,7 @@ class Agent(nn.Module):
         return self.gaussian_logp(out, action), entropy, self.value(obs)
 
     def deterministic(self, obs):
-        out = self.run(self.actor, obs, bf16=False)
+        out = self.actor(obs)
         return out.argmax(-1) if self.discrete else out
 
     def gaussian_logp(self, mean, action):
@@ -592,11 +591,7 @@ def main(args: Args) -> dict:
             extra["floor_us"] = floor_us(iteration_on_device, device, calls=3) / batch_size
         if completed and world > 1:
             extra["rank_param_max_diff"] = rank_param_max_diff(params)
-            torch.distributed.destroy_process_group()
-            # gloo's worker threads drop their last collective's tensors just after it returns, and dropping a
-            # tensor takes the GIL: if the interpreter is already exiting, the process aborts ("terminate
-            # called without an active exception", about one torchrun CPU run in ten). A short sleep lets them.
-            time.sleep(0.1)
+            leave_distributed()
         summary = logger.close(run_dir=logger.dir, **extra)
     return summary
 

@@ -106,37 +106,33 @@ def check_run_args(args: RunArgs) -> None:
     check(args.checkpoint_every == 0 or args.save_model, "--checkpoint-every needs --save-model")
     check(args.env_backend in ("gymnasium", "torch"),
           f"--env-backend must be gymnasium or torch (got {args.env_backend!r})")
-    check(args.compile or not args.max_autotune, "--max-autotune tunes what --compile builds; add --compile")
-    if args.max_autotune:
-        torch._inductor.config.max_autotune = True
-        torch._inductor.config.coordinate_descent_tuning = True
-    check(args.compile or not args.inductor, "--inductor sets options of what --compile builds; add --compile")
-    for option in args.inductor:
+    for flag, used in (("--max-autotune", args.max_autotune), ("--inductor", args.inductor)):
+        check(args.compile or not used, f"{flag} sets options of what --compile builds; add --compile")
+    tuning = ["max_autotune=True", "coordinate_descent_tuning=True"] if args.max_autotune else []
+    for option in tuning + args.inductor:
         set_inductor_option(option)
 
 
 def set_inductor_option(option: str) -> None:
     """Set one `NAME=VALUE` of torch._inductor.config; VALUE is a Python literal of the option's type."""
-    name, equals, text = option.partition("=")
-    *parents, leaf = name.split(".")
-    owner = torch._inductor.config
-    for parent in parents:
-        owner = getattr(owner, parent, None)
+    name, _, text = option.partition("=")
+    owner, *path = [torch._inductor.config, *name.split(".")]
+    for part in path[:-1]:
+        owner = getattr(owner, part, None)
     missing = object()
-    current = getattr(owner, leaf, missing) if owner is not None and leaf else missing
-    check(equals and current is not missing and not isinstance(current, type(torch._inductor.config.triton)),
+    current = getattr(owner, path[-1], missing) if "=" in option and path[-1] else missing
+    check(current is not missing and not isinstance(current, type(torch._inductor.config.triton)),
           f"--inductor {option!r}: expected NAME=VALUE with NAME an option of torch._inductor.config "
           "(e.g. triton.enable_pdl=True)")
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
         value = missing
-    kind = type(current)
-    fits = current is None or type(value) is kind or (kind is float and type(value) is int)
+    fits = current is None or type(value) is type(current) or (type(current) is float and type(value) is int)
     check(value is not missing and fits,
           f"--inductor {option!r}: VALUE must be a Python literal of the option's type "
           f"({type(current).__name__}, now {current!r})")
-    setattr(owner, leaf, value)
+    setattr(owner, path[-1], value)
 
 
 def pick_device(cuda: bool) -> torch.device:
@@ -160,6 +156,15 @@ def init_distributed(cuda: bool) -> tuple[int, int, torch.device | None]:
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if use_cuda else "gloo")
     return dist.get_rank(), world, device
+
+
+def leave_distributed() -> None:
+    """Leave the process group at the end of a run that completed on every rank (after its last collective)."""
+    torch.distributed.destroy_process_group()
+    # gloo's worker threads drop their last collective's tensors just after it returns, and dropping a tensor
+    # takes the GIL: if the interpreter is already exiting, the process aborts ("terminate called without an
+    # active exception", about one torchrun CPU run in eight). A short sleep lets them finish first.
+    time.sleep(0.1)
 
 
 def seed_everything(seed: int, deterministic: bool = True) -> None:
@@ -394,8 +399,8 @@ def export_policy(policy: torch.nn.Module, obs_dim: int, path: str) -> str:
     batch = torch.export.Dim("batch", min=1)
     with torch.no_grad():
         program = torch.export.export(module, (torch.zeros(2, obs_dim),), dynamic_shapes=({0: batch},))
-    partial = path[: -len(".pt2")] + ".partial.pt2" if path.endswith(".pt2") else path + ".partial"
-    torch.export.save(program, partial)  # a name ending in .pt2: torch.export warns on any other
+    partial = os.path.splitext(path)[0] + ".partial.pt2"  # torch.export warns on a name not ending in .pt2
+    torch.export.save(program, partial)
     os.replace(partial, path)
     return path
 

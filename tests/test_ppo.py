@@ -57,7 +57,7 @@ def test_eager_and_compile_give_the_same_first_updates(tmp_path, env_id, overrid
     torch.testing.assert_close(losses[True], losses[False], rtol=1e-4, atol=1e-6)
 
 
-def test_bf16_learns_with_bfloat16_hidden_activations_close_to_float32_and_acts_in_float32():
+def test_bf16_keeps_hidden_activations_in_bfloat16_acts_in_float32_and_stays_close():
     torch.manual_seed(0)
     agent, obs = ppo.Agent(4, 2, discrete=True), torch.randn(256, 4)
     action = torch.randint(0, 2, (256,))

@@ -84,7 +84,6 @@ def test_a_variant_runs_its_tasks_with_the_extra_flags_under_its_own_label():
         benchmark.main(benchmark.Args(variant="autotune"))
 
 
-
 def test_benchmark_runs_a_compile_only_task_in_the_compiled_paths_only():
     runs = benchmark.plan(benchmark.Args(labels=["ppo-torch4096-bf16-autotune", "ppo-torch4096"]), cuda=True)
     paths = {label: [path for task, path, _ in runs if task.label == label]
