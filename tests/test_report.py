@@ -85,9 +85,9 @@ def test_a_variant_runs_its_tasks_with_the_extra_flags_under_its_own_label():
 
 
 def test_benchmark_runs_a_compile_only_task_in_the_compiled_paths_only():
-    runs = benchmark.plan(benchmark.Args(labels=["ppo-torch4096-bf16-autotune", "ppo-torch4096"]), cuda=True)
+    runs = benchmark.plan(benchmark.Args(labels=["ppo-torch4096-tuned", "ppo-torch4096"]), cuda=True)
     paths = {label: [path for task, path, _ in runs if task.label == label]
-             for label in ("ppo-torch4096-bf16-autotune", "ppo-torch4096")}
-    assert paths == {"ppo-torch4096-bf16-autotune": ["compile", "compile+cudagraphs"],
+             for label in ("ppo-torch4096-tuned", "ppo-torch4096")}
+    assert paths == {"ppo-torch4096-tuned": ["compile", "compile+cudagraphs"],
                      "ppo-torch4096": list(benchmark.PATH_FLAGS)}
-    assert not benchmark.plan(benchmark.Args(labels=["ppo-torch4096-bf16-autotune"]), cuda=False)  # CUDA only
+    assert not benchmark.plan(benchmark.Args(labels=["ppo-torch4096-tuned"]), cuda=False)  # CUDA only
