@@ -183,8 +183,10 @@ class EpisodeRing:
     write. A compact list of the ended episodes would need a prefix sum over the envs, a scan that compiles
     into one single-block kernel per step together with whatever inductor fuses into it."""
 
+    keep = 100
+
     def __init__(self, n_envs: int, device: torch.device, steps: int):
-        self.steps, self.keep = steps, 100
+        self.steps = steps
         self.table = torch.zeros(steps, 2, n_envs, device=device)
         self.count = torch.zeros((), dtype=torch.long, device=device)  # steps recorded
         pinned = device.type == "cuda"
@@ -212,7 +214,7 @@ class EpisodeRing:
         if self._copied is not None:
             self._copied.synchronize()
         total = int(self._host_count_np)
-        rows = np.array([i % self.steps for i in range(max(self.seen, total - self.steps), total)], dtype=np.int64)
+        rows = np.arange(max(self.seen, total - self.steps), total) % self.steps
         self.seen = total
         lengths = self._host_np[rows, 1]
         # Search only the newest steps that hold `keep` endings: nonzero over the whole table costs milliseconds.

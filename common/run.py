@@ -100,6 +100,12 @@ def cli(main: Callable[[T], object], args_type: type[T], argv: list[str] | None 
         raise SystemExit(130) from None
 
 
+# This run's inductor options (--max-autotune, --inductor): check_run_args sets them and `compiled` hands them to
+# each torch.compile of the run. Never set in torch._inductor.config, so a later run in the same process (a
+# test, a notebook) compiles with its own flags only.
+INDUCTOR_OPTIONS: dict[str, object] = {}
+
+
 def check_run_args(args: RunArgs) -> None:
     """The shared flags' own checks (each script checks its hyperparameters)."""
     check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
@@ -109,12 +115,13 @@ def check_run_args(args: RunArgs) -> None:
     for flag, used in (("--max-autotune", args.max_autotune), ("--inductor", args.inductor)):
         check(args.compile or not used, f"{flag} sets options of what --compile builds; add --compile")
     tuning = ["max_autotune=True", "coordinate_descent_tuning=True"] if args.max_autotune else []
-    for option in tuning + args.inductor:
-        set_inductor_option(option)
+    options = dict(inductor_option(option) for option in tuning + args.inductor)
+    INDUCTOR_OPTIONS.clear()
+    INDUCTOR_OPTIONS.update(options)
 
 
-def set_inductor_option(option: str) -> None:
-    """Set one `NAME=VALUE` of torch._inductor.config; VALUE is a Python literal of the option's type."""
+def inductor_option(option: str) -> tuple[str, object]:
+    """`NAME=VALUE`, NAME an option of torch._inductor.config and VALUE a Python literal of its type, as a pair."""
     name, _, text = option.partition("=")
     owner, *path = [torch._inductor.config, *name.split(".")]
     for part in path[:-1]:
@@ -132,7 +139,7 @@ def set_inductor_option(option: str) -> None:
     check(value is not missing and fits,
           f"--inductor {option!r}: VALUE must be a Python literal of the option's type "
           f"({type(current).__name__}, now {current!r})")
-    setattr(owner, path[-1], value)
+    return name, float(value) if type(current) is float else value  # torch.compile checks the type
 
 
 def pick_device(cuda: bool) -> torch.device:
@@ -200,8 +207,7 @@ def compiled(fn: F, enabled: bool = True) -> F:
     (`accelerate(..., compile=False, cudagraphs=...)`), e.g. one compiled function per backward pass."""
     if not enabled:
         return fn
-    torch._inductor.config.fallback_random = True
-    return torch.compile(fn)
+    return torch.compile(fn, options={"fallback_random": True, **INDUCTOR_OPTIONS})
 
 
 def accelerate(

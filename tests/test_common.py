@@ -173,16 +173,34 @@ def test_run_logger_writes_metrics_and_summary(tmp_path):
     assert json.load(open(os.path.join(logger.dir, "summary.json")))["steps"] == 3000
 
 
-def test_inductor_options_are_set_by_name_with_values_of_their_type():
-    from common.run import set_inductor_option
+def test_inductor_options_are_read_by_name_with_values_of_their_type():
+    from common.run import inductor_option
 
     config = torch._inductor.config
-    with config.patch({"combo_kernels": False, "triton.enable_pdl": False, "combo_kernel_max_num_nodes": 8}):
-        for option in ("combo_kernels=True", "triton.enable_pdl=True", "combo_kernel_max_num_nodes=4"):
-            set_inductor_option(option)
-        assert config.combo_kernels is True and config.triton.enable_pdl is True
-        assert config.combo_kernel_max_num_nodes == 4
-        for bad in ("combo_kernels", "combo_kernels=1", "combo_kernels=yes", "triton=True", "triton.no_such=1"):
-            with pytest.raises(UserError, match="--inductor"):
-                set_inductor_option(bad)
-        assert config.combo_kernels is True and config.combo_kernel_max_num_nodes == 4  # bad input set nothing
+    defaults = (config.combo_kernels, config.triton.enable_pdl, config.max_fusion_size)
+    options = [inductor_option(o) for o in ("combo_kernels=True", "triton.enable_pdl=True",
+                                            "max_fusion_size=32")]
+    assert options == [("combo_kernels", True), ("triton.enable_pdl", True), ("max_fusion_size", 32)]
+    name, value = inductor_option("cpu_gpu_bw=50")  # a float option: torch.compile takes no int for it
+    assert (name, value, type(value)) == ("cpu_gpu_bw", 50.0, float)
+    for bad in ("combo_kernels", "combo_kernels=1", "combo_kernels=yes", "triton=True", "triton.no_such=1"):
+        with pytest.raises(UserError, match="--inductor"):
+            inductor_option(bad)
+    assert (config.combo_kernels, config.triton.enable_pdl, config.max_fusion_size) == defaults
+
+
+def test_a_runs_inductor_options_reach_its_compiles_and_no_later_run():
+    """cpp.simdlen=1 turns off the vectorized C++ (at::vec) inductor writes for a CPU kernel: visible in the code."""
+    from torch._inductor.utils import run_and_get_code
+
+    from common import RunArgs, check_run_args, compiled
+
+    def vectorized() -> bool:
+        torch._dynamo.reset()
+        _, code = run_and_get_code(compiled(lambda x: x.sin() + 1), torch.randn(1000))
+        return "at::vec" in "".join(code)
+
+    check_run_args(RunArgs(compile=True, inductor=["cpp.simdlen=1"]))
+    assert not vectorized()
+    check_run_args(RunArgs(compile=True))
+    assert vectorized() and torch._inductor.config.cpp.simdlen is None

@@ -29,10 +29,9 @@ SHORT_RUNS = {
 }
 
 # The benchmark's tuned task's launch options, on a short run of the same script (they change how kernels launch
-# and group, never what they compute).
-LAUNCH_OPTIONS = {"triton.enable_pdl": True, "combo_kernels": True}
+# and group, never what they compute). Flags of the compiled paths only: --inductor needs --compile.
 SHORT_RUNS["ppo-torch-envs-bf16-launch"] = SHORT_RUNS["ppo-torch-envs-bf16"]
-INDUCTOR_OPTIONS = {"ppo-torch-envs-bf16-launch": LAUNCH_OPTIONS}
+COMPILED_FLAGS = {"ppo-torch-envs-bf16-launch": {"inductor": ["triton.enable_pdl=True", "combo_kernels=True"]}}
 
 # bfloat16: compiled code may round intermediate results at other points than eager.
 TOLERANCES = {case: {"rtol": 2e-2, "atol": 1e-3} for case in ("ppo-torch-envs-bf16", "ppo-torch-envs-bf16-launch")}
@@ -42,10 +41,10 @@ def first_losses(tmp_path, case: str, compile: bool, cudagraphs: bool, n: int = 
     script, overrides, loss_name = SHORT_RUNS[case]
     module = importlib.import_module(f"algos.{script}")
     torch._dynamo.reset()  # a fresh compile per run: dynamo's recompile limit is per code object
-    args = module.Args(**overrides, log_every=1, compile=compile, cudagraphs=cudagraphs,
+    args = module.Args(**overrides, **(COMPILED_FLAGS.get(case, {}) if compile else {}), log_every=1,
+                       compile=compile, cudagraphs=cudagraphs,
                        runs_dir=str(tmp_path / f"{case}-{compile}-{cudagraphs}"))
-    with torch._inductor.config.patch(INDUCTOR_OPTIONS.get(case, {})):  # undone after, unlike --inductor
-        losses = metric(module.main(args)["run_dir"], loss_name)
+    losses = metric(module.main(args)["run_dir"], loss_name)
     assert len(losses) >= n
     return losses[:n]
 
