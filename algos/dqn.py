@@ -1,9 +1,9 @@
-"""DQN (CleanRL's dqn.py, same defaults) with four execution paths: eager, --compile, --cudagraphs, both.
+"""DQN (CleanRL's dqn.py, same defaults) in four execution paths: eager, --compile, --cudagraphs, both.
 
-Two hot functions run per step: `act_and_store` writes the last transition into the device replay ring and
-picks the next epsilon-greedy action (epsilon computed on device from a device step counter), and `update`
-samples a batch on device and takes one Adam step. Nothing in the loop syncs with the GPU except waiting
-for the action the CPU env needs.
+Per env step the device runs `act` (store the transition the envs just finished in a replay ring on the device,
+then pick the next epsilon-greedy action) and, every `train_frequency` steps, `update` (sample a batch on the
+device, one Adam step). The update is launched before the CPU steps the envs, so the two overlap; the loop
+waits for nothing but the action's copy to the host.
 """
 
 from __future__ import annotations
@@ -16,27 +16,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common import (
-    Checkpoints,
-    DeviceLink,
-    HostLink,
-    RunArgs,
-    RunLogger,
-    accelerate,
-    check,
-    check_run_args,
-    cli,
-    compiled,
-    export_policy,
-    final_observations,
-    floor_us,
-    make_env,
-    pick_device,
-    resolve_cudagraphs,
-    seed_everything,
-    soft_update,
-    track_episodes,
-)
+from turborl.checkpoints import Checkpoints, export_policy
+from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
+from turborl.envs import EnvLink, EnvStep, final_observations, make_env, track_episodes
+from turborl.logger import RunLogger
+from turborl.paths import ExecutionPath
 
 
 @dataclass
@@ -95,28 +79,23 @@ class GreedyPolicy(nn.Module):
         return self.q_network(obs).argmax(dim=-1)
 
 
-def validate(args: Args) -> None:
-    check(args.total_timesteps > 0, f"--total-timesteps must be positive (got {args.total_timesteps})")
-    check(args.buffer_size > 0, f"--buffer-size must be positive (got {args.buffer_size})")
-    check(
-        0 < args.batch_size <= args.buffer_size,
-        f"--batch-size {args.batch_size} must be between 1 and --buffer-size {args.buffer_size}; "
-        "lower it or raise --buffer-size",
-    )
+def check_args(args: Args) -> None:
+    check(0 < args.batch_size <= args.buffer_size,
+          f"--batch-size {args.batch_size} must be between 1 and --buffer-size {args.buffer_size}; "
+          "lower it or raise --buffer-size")
     check(args.train_frequency >= 1, f"--train-frequency must be >= 1 (got {args.train_frequency})")
     check(args.target_network_frequency >= 1, "--target-network-frequency must be >= 1")
     check(args.learning_starts >= 1, f"--learning-starts must be >= 1 (got {args.learning_starts})")
     check(0 < args.exploration_fraction <= 1, "--exploration-fraction must be in (0, 1]")
     check(0 < args.tau <= 1, f"--tau must be in (0, 1] (got {args.tau})")
     check(args.learning_rate > 0, f"--learning-rate must be positive (got {args.learning_rate})")
-    check(args.log_every >= 1, f"--log-every must be >= 1 (got {args.log_every})")
 
 
 def main(args: Args) -> dict:
     check_run_args(args)
-    validate(args)
+    check_args(args)
     device = pick_device(args.cuda)
-    cudagraphs = resolve_cudagraphs(args.cudagraphs, device)
+    path = ExecutionPath(args, device)
     seed_everything(args.seed)
     envs = make_env(args.env_id, args.num_envs, args.seed, action="discrete", algo="DQN",
                     capture_video=args.capture_video, video_dir=os.path.join(args.runs_dir, "videos"),
@@ -125,13 +104,10 @@ def main(args: Args) -> dict:
     n_envs, obs_dim = args.num_envs, envs.single_observation_space.shape[0]
     n_actions = int(envs.single_action_space.n)
 
+    # ALGO LOGIC: networks, replay memory and schedule, all on the device and updated in place
     q_network = QNetwork(obs_dim, n_actions).to(device)
     target_network = copy.deepcopy(q_network).requires_grad_(False)
-    # capturable: Adam keeps its step count on the device, as a CUDA graph without compile needs.
-    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate,
-                                 capturable=cudagraphs and not args.compile)
-
-    # Replay ring buffer and schedule state: preallocated device tensors, updated in place by the graphs.
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, capturable=path.capturable)
     capacity = args.buffer_size
     rb_obs = torch.zeros(capacity, obs_dim, device=device)
     rb_next_obs = torch.zeros(capacity, obs_dim, device=device)
@@ -142,39 +118,33 @@ def main(args: Args) -> dict:
     rb_size = torch.zeros((), dtype=torch.long, device=device)
     env_steps = torch.zeros((), device=device)
     epsilon = torch.ones((), device=device)
-    last_obs = torch.zeros(n_envs, obs_dim, device=device)
-    last_action = torch.zeros(n_envs, dtype=torch.long, device=device)
+    obs = torch.zeros(n_envs, obs_dim, device=device)  # what the last action was chosen on
+    action = torch.zeros(n_envs, dtype=torch.long, device=device)
     env_index = torch.arange(n_envs, device=device)
-    decay_steps = args.exploration_fraction * args.total_timesteps
+    metrics = torch.zeros(2, device=device)  # td_loss, q_values: written by `update`, read when logging
 
-    def act_and_store(step_in: torch.Tensor) -> torch.Tensor:
-        valid, reward, terminated, _, reached_obs, obs = HostLink.unpack(step_in, obs_dim)
-        valid = valid.long()  # 0 on the first call: nothing to store yet
+    def act(step: EnvStep) -> torch.Tensor:
+        """Store (obs, action, reward, terminated, final obs) in the replay ring, then act on the next obs."""
+        stored = step.answered[0].long()  # 0 after a reset: no transition yet
         slots = (rb_ptr + env_index) % capacity
-        rb_obs[slots] = last_obs
-        rb_actions[slots] = last_action
-        rb_rewards[slots] = reward
-        rb_dones[slots] = terminated  # truncation is not termination: bootstrap through time limits
-        rb_next_obs[slots] = reached_obs
-        rb_ptr.copy_((rb_ptr + n_envs * valid) % capacity)
-        rb_size.copy_(torch.clamp(rb_size + n_envs * valid, max=capacity))
-        env_steps.add_(n_envs * valid)
+        rb_obs[slots] = obs
+        rb_actions[slots] = action
+        rb_rewards[slots] = step.reward
+        rb_dones[slots] = step.terminated  # truncation is not termination: bootstrap through time limits
+        rb_next_obs[slots] = step.final_obs
+        rb_ptr.copy_((rb_ptr + n_envs * stored) % capacity)
+        rb_size.copy_(torch.clamp(rb_size + n_envs * stored, max=capacity))
+        env_steps.add_(n_envs * stored)
 
-        epsilon.copy_(torch.clamp(args.start_e + (args.end_e - args.start_e) * env_steps / decay_steps,
-                                  min=args.end_e))
-        greedy = q_network(obs).argmax(dim=1)
-        # One draw for both coins: compiled code may reorder independent random ops (torch 2.11 does), which
-        # would make the paths disagree.
+        decay_steps = args.exploration_fraction * args.total_timesteps
+        epsilon.copy_(torch.clamp(args.start_e + (args.end_e - args.start_e) * env_steps / decay_steps, min=args.end_e))
+        greedy = q_network(step.next_obs).argmax(dim=1)
+        # One draw for both coins: compiled code may reorder independent random ops, and the paths would disagree.
         explore_coin, action_coin = torch.rand(2, n_envs, device=device)
         random_action = (action_coin * n_actions).long().clamp(max=n_actions - 1)
-        action = torch.where(explore_coin < epsilon, random_action, greedy)
-        last_obs.copy_(obs)
-        last_action.copy_(action)
+        obs.copy_(step.next_obs)
+        action.copy_(torch.where(explore_coin < epsilon, random_action, greedy))
         return action
-
-    # The latest loss and mean Q, written in place by the update (a replay then clones no outputs); the host
-    # reads them only when it logs.
-    metrics = torch.zeros(2, device=device)
 
     def update() -> None:
         idx = (torch.rand(args.batch_size, device=device) * rb_size).long()
@@ -188,74 +158,64 @@ def main(args: Args) -> dict:
         optimizer.step()
         metrics.copy_(torch.stack([loss, old_val.mean()]).detach())
 
-    link = (DeviceLink(n_envs, obs_dim, device) if args.env_backend == "torch"
-            else HostLink(n_envs, obs_dim, (), torch.long, device))
-    # Torch envs report episode endings on the device: gathered there, read by the host a step later.
-    episodes = track_episodes(args.env_backend, n_envs, device)
-    # One env step's device work is one call: the env's answer in, store and act, the action out.
-    act_and_store = compiled(act_and_store, args.compile)
-    act_step = accelerate(lambda: link.push(act_and_store(link.pull())), compile=False, cudagraphs=cudagraphs,
-                          device=device, compiled_inside=args.compile)
-    update = accelerate(update, compile=args.compile, cudagraphs=cudagraphs, device=device)
-    online_params, target_params = list(q_network.parameters()), list(target_network.parameters())
+    # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
+    link = EnvLink(n_envs, obs_dim, (), torch.long, device, envs_on_device=args.env_backend == "torch")
+    act, update = path.compile(act), path.compile(update)
+    act_step = path.capture(lambda: link.send_action(act(link.receive())))
+    update = path.capture(update)
 
+    # TRY NOT TO MODIFY: episodes, checkpoints and resume
+    episodes = track_episodes(args.env_backend, n_envs, device)
     checkpoints = Checkpoints(
         args, logger.dir, "dqn", same=("env_id", "num_envs", "buffer_size", "total_timesteps"),
         modules={"q_network": q_network, "target_network": target_network, "optimizer": optimizer,
                  "episodes": episodes},
         tensors={"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,
                  "rb_dones": rb_dones, "rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps,
-                 "epsilon": epsilon, "last_obs": last_obs, "last_action": last_action})
+                 "epsilon": epsilon, "obs": obs, "action": action})
     start_iteration, global_step, updates = 0, 0, 0
     if args.resume:
         envs, saved = checkpoints.resume(envs, link)
         start_iteration, global_step, updates = saved["iteration"], saved["global_step"], saved["updates"]
     else:
-        link.first(envs.reset(seed=args.seed)[0])
+        link.reset(envs.reset(seed=args.seed)[0])
 
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "updates": updates}
 
-    steady_after = updates + 4  # compile and capture are behind us after 4 updates
-
     num_iterations = -(-args.total_timesteps // n_envs)
-    next_iteration, completed = start_iteration, False
+    next_iteration = start_iteration
     try:
         for iteration in range(start_iteration, num_iterations):
-            act_step()
-            link.ready()
+            act_step()  # on the device: store the last transition, choose the next action
+            link.action_queued()
             if global_step > args.learning_starts and iteration % args.train_frequency == 0:
-                # Launched before the env steps: the update runs on the GPU while the CPU simulates.
-                update()
+                update()  # launched before the envs step: the GPU trains while the CPU simulates
                 updates += 1
-                if updates == steady_after:
-                    logger.mark_steady(global_step)
                 if updates % args.log_every == 0:
                     td_loss, q_values = metrics.tolist()
                     logger.log(global_step, td_loss=td_loss, q_values=q_values, epsilon=epsilon.item())
             if iteration % (args.target_network_frequency // n_envs or 1) == 0:
-                soft_update(target_params, online_params, args.tau)
+                with torch.no_grad():
+                    for target_param, q_param in zip(target_network.parameters(), q_network.parameters(),
+                                                     strict=True):
+                        target_param.lerp_(q_param, args.tau)
 
-            next_obs, rewards, terminations, truncations, infos = envs.step(link.wait())
+            next_obs, reward, terminated, truncated, infos = envs.step(link.action())
             global_step += n_envs
-            link.put(rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
+            link.send(EnvStep(reward, terminated, truncated, final_observations(next_obs, infos), next_obs))
             logger.log_episodes(global_step, episodes.after_step(infos))
             logger.progress(global_step)
             next_iteration = iteration + 1
             if checkpoints.due(global_step, n_envs):
                 checkpoints.save_periodic(envs, link, counters())
         logger.log_episodes(global_step, episodes.read())  # any held back
-        completed = True
     finally:
         if args.save_model:
             checkpoints.save("dqn.pt", envs, link, counters())
             export_policy(GreedyPolicy(q_network), obs_dim, os.path.join(logger.dir, "dqn.pt2"))
         envs.close()
-        extra = {}
-        if completed and args.measure_floor and logger.steady_step is not None:
-            extra["floor_us"] = floor_us(  # one env step: an act, and an update every train-frequency steps
-                lambda i: (act_step(), i % args.train_frequency == 0 and update()), device)
-        summary = logger.close(run_dir=logger.dir, updates=updates, **extra)
+        summary = logger.close(run_dir=logger.dir, updates=updates)
     return summary
 
 

@@ -1,12 +1,11 @@
-"""SAC (CleanRL's sac_continuous_action.py, same defaults) with four paths: eager, --compile, --cudagraphs, both.
+"""SAC (CleanRL's sac_continuous_action.py, same defaults) in four execution paths: eager, --compile,
+--cudagraphs, both.
 
-Per env step the loop launches two hot functions and steps the CPU env while the GPU works:
-`act_and_store` writes the last transition into the device replay ring and samples the next action from
-the policy, whose copy to the host is the only thing the CPU waits for; then `update` samples a batch on
-device, updates the twin critics (one batched network) and their targets and, every `policy_frequency` steps,
-`policy_frequency` actor and entropy-temperature (alpha) steps. Alpha and the target entropy are device
-tensors. The delayed actor update is a second captured variant of `update` chosen by the host step count,
-so no graph branches on a tensor.
+Per env step the device runs `act` (store the transition the envs just finished in a replay ring on the device,
+then sample the next action from the policy) and `update_critics` (sample a batch on the device, one step of the
+twin critics, then the targets); every `policy_frequency` steps follow `policy_frequency` pairs of `update_actor`
+and `update_alpha` (the entropy temperature, a device tensor) on the same batch. The updates are launched before
+the CPU steps the envs, so the two overlap; the loop waits for nothing but the action's copy to the host.
 """
 
 from __future__ import annotations
@@ -21,27 +20,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common import (
-    Checkpoints,
-    DeviceLink,
-    HostLink,
-    RunArgs,
-    RunLogger,
-    accelerate,
-    check,
-    check_run_args,
-    cli,
-    compiled,
-    export_policy,
-    final_observations,
-    floor_us,
-    make_env,
-    pick_device,
-    resolve_cudagraphs,
-    seed_everything,
-    soft_update,
-    track_episodes,
-)
+from turborl.checkpoints import Checkpoints, export_policy
+from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
+from turborl.envs import EnvLink, EnvStep, final_observations, make_env, track_episodes
+from turborl.logger import RunLogger
+from turborl.paths import ExecutionPath
 
 
 @dataclass
@@ -147,27 +130,22 @@ class MeanPolicy(nn.Module):
         return torch.tanh(mean) * self.actor.action_scale + self.actor.action_bias
 
 
-def validate(args: Args) -> None:
-    check(args.total_timesteps > 0, f"--total-timesteps must be positive (got {args.total_timesteps})")
-    check(args.buffer_size > 0, f"--buffer-size must be positive (got {args.buffer_size})")
-    check(
-        0 < args.batch_size <= args.buffer_size,
-        f"--batch-size {args.batch_size} must be between 1 and --buffer-size {args.buffer_size}; "
-        "lower it or raise --buffer-size",
-    )
+def check_args(args: Args) -> None:
+    check(0 < args.batch_size <= args.buffer_size,
+          f"--batch-size {args.batch_size} must be between 1 and --buffer-size {args.buffer_size}; "
+          "lower it or raise --buffer-size")
     check(args.learning_starts >= 1, f"--learning-starts must be >= 1 (got {args.learning_starts})")
     check(args.policy_frequency >= 1, f"--policy-frequency must be >= 1 (got {args.policy_frequency})")
     check(0 < args.tau <= 1, f"--tau must be in (0, 1] (got {args.tau})")
     check(args.policy_lr > 0 and args.q_lr > 0, "--policy-lr and --q-lr must be positive")
     check(args.alpha > 0, f"--alpha must be positive (got {args.alpha})")
-    check(args.log_every >= 1, f"--log-every must be >= 1 (got {args.log_every})")
 
 
 def main(args: Args) -> dict:
     check_run_args(args)
-    validate(args)
+    check_args(args)
     device = pick_device(args.cuda)
-    cudagraphs = resolve_cudagraphs(args.cudagraphs, device)
+    path = ExecutionPath(args, device)
     seed_everything(args.seed)
     envs = make_env(args.env_id, args.num_envs, args.seed, action="continuous", algo="SAC",
                     capture_video=args.capture_video, video_dir=os.path.join(args.runs_dir, "videos"),
@@ -177,23 +155,19 @@ def main(args: Args) -> dict:
     obs_dim, action_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
     low, high = envs.single_action_space.low, envs.single_action_space.high
 
+    # ALGO LOGIC: networks, optimizers, the temperature and the replay memory, on the device, updated in place
     actor = Actor(obs_dim, action_dim, low, high).to(device)
     qf = TwinSoftQNetwork(obs_dim, action_dim).to(device)
     qf_target = copy.deepcopy(qf).requires_grad_(False)
-    capturable = cudagraphs and not args.compile
-    q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr, capturable=capturable)
-    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, capturable=capturable)
-    # Entropy temperature: a device tensor the graphs read; autotuned through log_alpha.
+    q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr, capturable=path.capturable)
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, capturable=path.capturable)
     target_entropy = torch.tensor(-float(action_dim), device=device)
-    log_alpha = torch.tensor([math.log(args.alpha)], device=device,
-                             requires_grad=args.autotune)
+    log_alpha = torch.tensor([math.log(args.alpha)], device=device, requires_grad=args.autotune)
     alpha = log_alpha.detach().exp()
-    a_optimizer = torch.optim.Adam([log_alpha], lr=args.q_lr, capturable=capturable) if args.autotune else None
+    a_optimizer = torch.optim.Adam([log_alpha], lr=args.q_lr, capturable=path.capturable)
     online_params, target_params = list(qf.parameters()), list(qf_target.parameters())
     action_low = torch.as_tensor(low, dtype=torch.float32, device=device)
     action_high = torch.as_tensor(high, dtype=torch.float32, device=device)
-
-    # Replay ring buffer and counters: preallocated device tensors, updated in place by the graphs.
     capacity = args.buffer_size
     rb_obs = torch.zeros(capacity, obs_dim, device=device)
     rb_next_obs = torch.zeros(capacity, obs_dim, device=device)
@@ -203,108 +177,88 @@ def main(args: Args) -> dict:
     rb_ptr = torch.zeros((), dtype=torch.long, device=device)
     rb_size = torch.zeros((), dtype=torch.long, device=device)
     env_steps = torch.zeros((), dtype=torch.long, device=device)
-    last_obs = torch.zeros(n_envs, obs_dim, device=device)
-    last_action = torch.zeros(n_envs, action_dim, device=device)
+    obs = torch.zeros(n_envs, obs_dim, device=device)  # what the last action was chosen on
+    action = torch.zeros(n_envs, action_dim, device=device)
     env_index = torch.arange(n_envs, device=device)
-
-    def act_and_store(step_in: torch.Tensor) -> torch.Tensor:
-        valid, reward, terminated, _, reached_obs, obs = HostLink.unpack(step_in, obs_dim)
-        valid = valid.long()  # 0 on the first call: nothing to store yet
-        slots = (rb_ptr + env_index) % capacity
-        rb_obs[slots] = last_obs
-        rb_actions[slots] = last_action
-        rb_rewards[slots] = reward
-        rb_dones[slots] = terminated  # truncation is not termination: bootstrap through time limits
-        rb_next_obs[slots] = reached_obs
-        rb_ptr.copy_((rb_ptr + n_envs * valid) % capacity)
-        rb_size.copy_(torch.clamp(rb_size + n_envs * valid, max=capacity))
-        env_steps.add_(n_envs * valid)
-
-        with torch.no_grad():
-            policy_action = actor.get_action(obs)[0]
-        random_action = action_low + (action_high - action_low) * torch.rand(n_envs, action_dim, device=device)
-        explore = env_steps < args.learning_starts  # uniform random actions before learning starts
-        action = torch.where(explore, random_action, policy_action)
-        last_obs.copy_(obs)
-        last_action.copy_(action)
-        return action
-
-    def critic_loss():
-        idx = (torch.rand(args.batch_size, device=device) * rb_size).long()
-        obs, actions, next_obs = rb_obs[idx], rb_actions[idx], rb_next_obs[idx]
-        with torch.no_grad():
-            next_actions, next_log_pi, _ = actor.get_action(next_obs)
-            min_next_q = qf_target(next_obs, next_actions).min(0).values
-            next_q = rb_rewards[idx] + (1 - rb_dones[idx]) * args.gamma * (min_next_q - alpha * next_log_pi)
-        q_values = qf(obs, actions)
-        qf_loss = (q_values - next_q).pow(2).mean(1).sum()  # each critic's MSE, summed (qf1_loss + qf2_loss)
-        return qf_loss, obs, torch.stack([qf_loss, q_values[0].mean()]).detach()
-
-    def actor_loss(obs):
-        pi, log_pi, _ = actor.get_action(obs)
-        # The critics' parameters get no gradient from the actor's loss (they are not stepped with it).
-        return (alpha * log_pi - qf(obs, pi, detach_params=True).min(0).values).mean()
-
-    def alpha_loss(obs):
-        with torch.no_grad():
-            log_pi = actor.get_action(obs)[1]
-        return (-log_alpha.exp() * (log_pi + target_entropy)).mean()
-
-    # Compiled: the losses (forward and backward) and the optimizer steps, each graph-break free; the
-    # backward calls stay outside compiled code (torch 2.11 fails on a compiled function with two backward
-    # passes). The update that calls them is captured whole: still one graph replay per env step.
-    critic_loss, actor_loss, alpha_loss = (compiled(f, args.compile) for f in (critic_loss, actor_loss, alpha_loss))
-    q_step, actor_step = compiled(q_optimizer.step, args.compile), compiled(actor_optimizer.step, args.compile)
-    alpha_step = compiled(a_optimizer.step, args.compile) if args.autotune else None
-
-    # The latest losses, written in place by the update: it returns nothing, so a replay clones no outputs,
-    # and the host reads them only when it logs. The actor's entries are logged once it has been updated.
+    batch_obs = torch.zeros(args.batch_size, obs_dim, device=device)  # the critics' batch, for the actor
     metric_names = ["qf_loss", "qf1_values", "actor_loss", *(["alpha_loss"] if args.autotune else []), "alpha"]
-    metrics = torch.zeros(len(metric_names), device=device)
+    metrics = torch.zeros(len(metric_names), device=device)  # written by the updates, read when logging
     metrics[-1] = alpha.squeeze()
 
-    def update(update_actor: bool) -> None:
+    def act(step: EnvStep) -> torch.Tensor:
+        """Store (obs, action, reward, terminated, final obs) in the replay ring, then act on the next obs."""
+        stored = step.answered[0].long()  # 0 after a reset: no transition yet
+        slots = (rb_ptr + env_index) % capacity
+        rb_obs[slots] = obs
+        rb_actions[slots] = action
+        rb_rewards[slots] = step.reward
+        rb_dones[slots] = step.terminated  # truncation is not termination: bootstrap through time limits
+        rb_next_obs[slots] = step.final_obs
+        rb_ptr.copy_((rb_ptr + n_envs * stored) % capacity)
+        rb_size.copy_(torch.clamp(rb_size + n_envs * stored, max=capacity))
+        env_steps.add_(n_envs * stored)
+
+        with torch.no_grad():
+            policy_action = actor.get_action(step.next_obs)[0]
+        random_action = action_low + (action_high - action_low) * torch.rand(n_envs, action_dim, device=device)
+        explore = env_steps < args.learning_starts  # uniform random actions before learning starts
+        obs.copy_(step.next_obs)
+        action.copy_(torch.where(explore, random_action, policy_action))
+        return action
+
+    def update_critics() -> None:
+        idx = (torch.rand(args.batch_size, device=device) * rb_size).long()
+        observations, actions, next_observations = rb_obs[idx], rb_actions[idx], rb_next_obs[idx]
+        with torch.no_grad():
+            next_state_actions, next_state_log_pi, _ = actor.get_action(next_observations)
+            min_qf_next_target = qf_target(next_observations, next_state_actions).min(0).values
+            min_qf_next_target = min_qf_next_target - alpha * next_state_log_pi
+            next_q_value = rb_rewards[idx] + (1 - rb_dones[idx]) * args.gamma * min_qf_next_target
+        qf_a_values = qf(observations, actions)
+        qf_loss = (qf_a_values - next_q_value).pow(2).mean(1).sum()  # each critic's MSE, summed
         q_optimizer.zero_grad()
-        qf_loss, obs, critic_metrics = critic_loss()
         qf_loss.backward()
-        q_step()
-        metrics[:2].copy_(critic_metrics)
-        if update_actor:  # a Python branch outside the graphs: two captured variants, chosen per env step
-            for _ in range(args.policy_frequency):  # delayed, not fewer: as many policy steps as env steps
-                actor_optimizer.zero_grad()
-                loss = actor_loss(obs)
-                loss.backward()
-                actor_step()
-                metrics[2].copy_(loss.detach())
-                if args.autotune:
-                    a_optimizer.zero_grad()
-                    loss = alpha_loss(obs)
-                    loss.backward()
-                    alpha_step()
-                    alpha.copy_(log_alpha.detach().exp())
-                    metrics[3].copy_(loss.detach())
-                    metrics[-1].copy_(alpha.squeeze())
-        soft_update(target_params, online_params, args.tau)
+        q_optimizer.step()
+        with torch.no_grad():  # target <- target + tau * (online - target), outside autograd
+            torch._foreach_lerp_(target_params, online_params, args.tau)
+        batch_obs.copy_(observations)
+        metrics[:2].copy_(torch.stack([qf_loss, qf_a_values[0].mean()]).detach())
 
-    def path(fn):
-        return accelerate(fn, compile=False, cudagraphs=cudagraphs, device=device, compiled_inside=args.compile)
+    def update_actor() -> None:
+        pi, log_pi, _ = actor.get_action(batch_obs)
+        # The critics' parameters get no gradient from the actor's loss (they are not stepped with it).
+        min_qf_pi = qf(batch_obs, pi, detach_params=True).min(0).values
+        actor_loss = (alpha * log_pi - min_qf_pi).mean()
+        actor_optimizer.zero_grad()
+        actor_loss.backward()
+        actor_optimizer.step()
+        metrics[2].copy_(actor_loss.detach())
 
-    link = (DeviceLink(n_envs, obs_dim, device) if args.env_backend == "torch"
-            else HostLink(n_envs, obs_dim, (action_dim,), torch.float32, device))
-    # Torch envs report episode endings on the device: gathered there, read by the host a step later.
+    def update_alpha() -> None:
+        with torch.no_grad():
+            _, log_pi, _ = actor.get_action(batch_obs)
+        alpha_loss = (-log_alpha.exp() * (log_pi + target_entropy)).mean()
+        a_optimizer.zero_grad()
+        alpha_loss.backward()
+        a_optimizer.step()
+        alpha.copy_(log_alpha.detach().exp())
+        metrics[3:].copy_(torch.stack([alpha_loss.detach(), alpha.squeeze()]))
+
+    # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
+    link = EnvLink(n_envs, obs_dim, (action_dim,), torch.float32, device, envs_on_device=args.env_backend == "torch")
+    act, update_critics = path.compile(act), path.compile(update_critics)
+    update_actor, update_alpha = path.compile(update_actor), path.compile(update_alpha)
+    act_step = path.capture(lambda: link.send_action(act(link.receive())))
+    update_critics, update_actor, update_alpha = map(path.capture, (update_critics, update_actor, update_alpha))
+
+    # TRY NOT TO MODIFY: episodes, checkpoints and resume
     episodes = track_episodes(args.env_backend, n_envs, device)
-    # One env step's device work is one call: the env's answer in, store and act, the action out.
-    act_and_store = compiled(act_and_store, args.compile)
-    act_step = path(lambda: link.push(act_and_store(link.pull())))
-    update_critics = path(lambda: update(update_actor=False))
-    update_all = path(lambda: update(update_actor=True))
     checkpoints = Checkpoints(
         args, logger.dir, "sac", same=("env_id", "num_envs", "buffer_size", "total_timesteps"),
-        modules={"actor": actor, "qf": qf, "qf_target": qf_target,
-                 "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer,
-                 **({"a_optimizer": a_optimizer} if a_optimizer else {}), "episodes": episodes},
-        tensors={"rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps, "last_obs": last_obs,
-                 "last_action": last_action, "log_alpha": log_alpha, "alpha": alpha, "metrics": metrics},
+        modules={"actor": actor, "qf": qf, "qf_target": qf_target, "q_optimizer": q_optimizer,
+                 "actor_optimizer": actor_optimizer, "a_optimizer": a_optimizer, "episodes": episodes},
+        tensors={"rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps, "obs": obs, "action": action,
+                 "log_alpha": log_alpha, "alpha": alpha, "metrics": metrics},
         replay={"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,
                 "rb_dones": rb_dones}, replay_size=rb_size)
     start_iteration, global_step, updates = 0, 0, 0
@@ -312,52 +266,45 @@ def main(args: Args) -> dict:
         envs, saved = checkpoints.resume(envs, link)
         start_iteration, global_step, updates = saved["iteration"], saved["global_step"], saved["updates"]
     else:
-        link.first(envs.reset(seed=args.seed)[0])
+        link.reset(envs.reset(seed=args.seed)[0])
 
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "updates": updates}
 
-    actor_updated = updates >= args.policy_frequency  # one of any policy_frequency updates steps the actor
-    steady_after = updates + 4 * args.policy_frequency  # both update variants compiled and captured
-
     num_iterations = -(-args.total_timesteps // n_envs)
-    next_iteration, completed = start_iteration, False
+    next_iteration, actor_updated = start_iteration, updates >= args.policy_frequency
     try:
         for iteration in range(start_iteration, num_iterations):
-            act_step()
-            link.ready()
-            if global_step > args.learning_starts:
-                # Launched before the env steps: the update runs on the GPU while the CPU simulates.
-                actor_updated = actor_updated or iteration % args.policy_frequency == 0
-                (update_all if iteration % args.policy_frequency == 0 else update_critics)()
+            act_step()  # on the device: store the last transition, choose the next action
+            link.action_queued()
+            if global_step > args.learning_starts:  # launched before the envs step: the GPU trains meanwhile
+                update_critics()
+                if iteration % args.policy_frequency == 0:
+                    for _ in range(args.policy_frequency):  # delayed, not fewer: as many actor steps as env steps
+                        update_actor()
+                        if args.autotune:
+                            update_alpha()
+                    actor_updated = True
                 updates += 1
-                if updates == steady_after:
-                    logger.mark_steady(global_step)
                 if updates % args.log_every == 0:
-                    names = metric_names if actor_updated else metric_names[:2]  # the critics' until then
-                    logger.log(global_step, **dict(zip(names, metrics.tolist()[: len(names)], strict=True)))
+                    names = metric_names if actor_updated else metric_names[:2]
+                    logger.log(global_step, **dict(zip(names, metrics.tolist(), strict=False)))
 
-            next_obs, rewards, terminations, truncations, infos = envs.step(link.wait())
+            next_obs, reward, terminated, truncated, infos = envs.step(link.action())
             global_step += n_envs
-            link.put(rewards, terminations, truncations, final_observations(next_obs, infos), next_obs)
+            link.send(EnvStep(reward, terminated, truncated, final_observations(next_obs, infos), next_obs))
             logger.log_episodes(global_step, episodes.after_step(infos))
             logger.progress(global_step)
             next_iteration = iteration + 1
             if checkpoints.due(global_step, n_envs):
                 checkpoints.save_periodic(envs, link, counters())
         logger.log_episodes(global_step, episodes.read())  # any held back
-        completed = True
     finally:
         if args.save_model:
             checkpoints.save("sac.pt", envs, link, counters())
             export_policy(MeanPolicy(actor), obs_dim, os.path.join(logger.dir, "sac.pt2"))
         envs.close()
-        extra = {}
-        if completed and args.measure_floor and logger.steady_step is not None:
-            updates_in_turn = [update_all] + [update_critics] * (args.policy_frequency - 1)
-            extra["floor_us"] = floor_us(
-                lambda i: (act_step(), updates_in_turn[i % args.policy_frequency]()), device)
-        summary = logger.close(run_dir=logger.dir, updates=updates, **extra)
+        summary = logger.close(run_dir=logger.dir, updates=updates)
     return summary
 
 

@@ -1,66 +1,11 @@
-"""turborl's shared plumbing: envs, the path switch, logging. Algorithms live in algos/, one file each."""
+"""turborl's shared plumbing, installed as the package `turborl`. One room per concern:
 
-from common.envs import (
-    action_space,
-    final_observations,
-    finished_episodes,
-    is_cheap,
-    make_env,
-    track_episodes,
-)
-from common.logger import RunLogger, SilentLogger
-from common.run import (
-    Checkpoints,
-    DeviceLink,
-    HostLink,
-    RunArgs,
-    StartupClock,
-    TrainingStopped,
-    UserError,
-    accelerate,
-    check,
-    check_run_args,
-    cli,
-    compiled,
-    export_policy,
-    floor_us,
-    init_distributed,
-    leave_distributed,
-    pick_device,
-    resolve_cudagraphs,
-    save_checkpoint,
-    seed_everything,
-    soft_update,
-)
+- `turborl.cli`: the flags every script shares, their checks, user errors, the entry point, device, seeding
+- `turborl.paths`: the execution path (eager, --compile, --cudagraphs, both)
+- `turborl.envs`: building envs, carrying each step's results to the device, the episodes that end
+- `turborl.torch_envs`: classic-control envs in torch, on the device
+- `turborl.logger`: the run folder, metrics, progress and wandb
+- `turborl.checkpoints`: checkpoints, resume, the exported policy
 
-__all__ = [
-    "Checkpoints",
-    "DeviceLink",
-    "HostLink",
-    "RunArgs",
-    "RunLogger",
-    "SilentLogger",
-    "StartupClock",
-    "TrainingStopped",
-    "UserError",
-    "accelerate",
-    "action_space",
-    "compiled",
-    "export_policy",
-    "check",
-    "check_run_args",
-    "cli",
-    "final_observations",
-    "finished_episodes",
-    "floor_us",
-    "init_distributed",
-    "leave_distributed",
-    "is_cheap",
-    "make_env",
-    "pick_device",
-    "resolve_cudagraphs",
-    "save_checkpoint",
-    "seed_everything",
-    "soft_update",
-    "track_episodes",
-]
+Algorithms live in algos/, one file each.
+"""

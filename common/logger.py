@@ -1,4 +1,4 @@
-"""Run folder, metrics CSV, progress bar, optional wandb, and steady-state speed."""
+"""Run folder, metrics CSV, progress bar and optional wandb."""
 
 from __future__ import annotations
 
@@ -7,12 +7,11 @@ import dataclasses
 import json
 import math
 import os
-import statistics
 import sys
 import time
 from collections import deque
 
-from common.run import StartupClock, TrainingStopped, UserError
+from .cli import TrainingStopped, UserError
 
 
 class RunLogger:
@@ -22,9 +21,8 @@ class RunLogger:
       value; flushed as written so a run that dies keeps its metrics), `summary.json` at the end.
     - A tqdm bar (plain lines every `print_every` seconds when stderr is not a terminal) with steps/s and the
       mean return of the last 20 episodes.
-    - Steps/s: `mark_steady(step)` starts the clock once compile and capture are over; `steady_sps` is
-      the speed from then to the last `progress` (what follows the loop, such as saving, is not training)
-      and `window_sps` the speed of each window of `window_steps` steps after it.
+    - Steps/s of each window of `window_steps` steps, logged as `sps` (the first windows include compiling
+      and capturing; scripts/measure.py measures steady-state speed from outside).
     - wandb only with `track=True` (WANDB_MODE=offline works without network).
     """
 
@@ -39,16 +37,14 @@ class RunLogger:
         self._csv = csv.writer(self._csv_file)
         self._csv.writerow(["step", "seconds", "name", "value"])
         self.start = time.perf_counter()
-        StartupClock.seconds = 0.0
         self.total_steps = total_steps
         self.returns: deque[float] = deque(maxlen=20)
         self.episodes = 0
-        self.steady_step: int | None = None
-        self.steady_time = 0.0
         self.window_steps = max(total_steps // 50, 1000)
-        self._window_start: tuple[int, float] | None = None
-        self.window_sps: list[float] = []
+        self._window_start: tuple[int, float] | None = None  # (step, time) of the first `progress` on
+        self._window_sps = float("nan")
         self._step = 0
+        self._first_progress = (0, self.start)
         self._progress_time = self.start  # of the last `progress`
         self._tty = sys.stderr.isatty()
         self._print_every = print_every
@@ -104,25 +100,15 @@ class RunLogger:
     def mean_return(self) -> float:
         return sum(self.returns) / len(self.returns) if self.returns else float("nan")
 
-    def mark_steady(self, step: int) -> None:
-        """Compile and capture are over from here on: start the steady-state clock."""
-        if self.steady_step is None:
-            self.steady_step, self.steady_time = step, time.perf_counter()
-            self._window_start = (step, self.steady_time)
-
-    def steady_sps(self) -> float:
-        if self.steady_step is None or self._step <= self.steady_step or self._progress_time <= self.steady_time:
-            return float("nan")
-        return (self._step - self.steady_step) / (self._progress_time - self.steady_time)
-
     def progress(self, step: int) -> None:
         """Call once per loop iteration with the global step (cheap: host work only)."""
         advanced, self._step = step - self._step, step
         now = self._progress_time = time.perf_counter()
-        if self._window_start is not None and step - self._window_start[0] >= self.window_steps:
-            sps = (step - self._window_start[0]) / (now - self._window_start[1])
-            self.window_sps.append(sps)
-            self.log(step, sps=sps)
+        if self._window_start is None:
+            self._window_start = self._first_progress = (step, now)
+        if step - self._window_start[0] >= self.window_steps:
+            self._window_sps = (step - self._window_start[0]) / (now - self._window_start[1])
+            self.log(step, sps=self._window_sps)
             self._window_start = (step, now)
         if self._bar is not None:
             self._bar.update(advanced)
@@ -139,18 +125,17 @@ class RunLogger:
             )
 
     def _display_sps(self, now: float) -> float:
-        if self.steady_step is not None and self._step > self.steady_step:
-            return self.steady_sps()
-        return self._step / max(now - self.start, 1e-9)
+        """The last window's speed, once there is one."""
+        return self._window_sps if self._window_sps == self._window_sps else self._step / max(now - self.start, 1e-9)
 
     def close(self, **extra) -> dict:
-        """Write summary.json (speed, startup time, returns) and close everything; returns the summary."""
+        """Write summary.json (steps, time, returns) and close everything; returns the summary."""
+        first_step, first_time = self._first_progress
+        trained, seconds = self._step - first_step, self._progress_time - first_time
         summary = {
             "steps": self._step,
             "wall_seconds": self.elapsed(),
-            "startup_seconds": StartupClock.seconds,
-            "steady_sps": self.steady_sps(),
-            "median_window_sps": statistics.median(self.window_sps) if self.window_sps else float("nan"),
+            "sps": trained / seconds if seconds > 0 else 0.0,  # from the first iteration's end to the last's
             "episodes": self.episodes,
             "mean_return_last20": self.mean_return(),
             **extra,
@@ -164,34 +149,9 @@ class RunLogger:
             self._wandb.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float))})
             self._wandb.finish()
         print(
-            f"done: {self._step} steps in {summary['wall_seconds']:.1f}s, steady {summary['steady_sps']:.0f} "
-            f"steps/s (startup {summary['startup_seconds']:.1f}s), return(last 20) {summary['mean_return_last20']:.1f}"
+            f"done: {self._step} steps in {summary['wall_seconds']:.1f}s ({summary['sps']:.0f} steps/s), "
+            f"return(last 20) {summary['mean_return_last20']:.1f}"
             f"; run folder {self.dir}",
             file=sys.stderr,
         )
         return summary
-
-
-class SilentLogger:
-    """RunLogger's interface for the ranks other than 0 of a distributed run: only rank 0 logs and saves."""
-
-    def __init__(self, args):
-        self.args, self.dir, self.steady_step, self.start = dataclasses.asdict(args), None, None, time.perf_counter()
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start
-
-    def mark_steady(self, step: int) -> None:
-        self.steady_step = step if self.steady_step is None else self.steady_step
-
-    def log(self, step: int, **metrics: float) -> None:
-        pass
-
-    def log_episodes(self, step: int, finished: list[tuple[float, int]]) -> None:
-        pass
-
-    def progress(self, step: int) -> None:
-        pass
-
-    def close(self, **extra) -> dict:
-        return {"run_dir": None, **extra}

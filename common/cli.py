@@ -1,0 +1,115 @@
+"""Run setup: the flags every script shares, their checks, user errors, the entry point, device and seeding."""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import numpy as np
+import torch
+
+T = TypeVar("T")
+
+
+@dataclass
+class RunArgs:
+    """Flags every script shares (plumbing); each script's `Args` adds its task and hyperparameters."""
+
+    cuda: bool = True
+    """use CUDA when available"""
+    compile: bool = False
+    """torch.compile the hot functions"""
+    cudagraphs: bool = False
+    """capture the hot functions in CUDA graphs (needs CUDA; warns and runs without otherwise)"""
+    max_autotune: bool = False
+    """with --compile: time candidate kernels while compiling and keep the fastest (inductor's max-autotune and
+    coordinate-descent tuning of every kernel's launch parameters); the first compile takes minutes, later runs
+    hit the cache"""
+    inductor: list[str] = field(default_factory=list)
+    """with --compile: inductor options as NAME=VALUE, e.g. `--inductor triton.enable_pdl=True
+    combo_kernels=True` (each kernel of a graph launches while the one before it finishes, on Hopper GPUs and
+    later; independent small kernels share one launch)"""
+    log_every: int = 100
+    """updates between two loss records in the metrics CSV (each record reads the device once)"""
+    save_model: bool = False
+    """save a checkpoint (networks, optimizers, counters) and the exported policy to the run folder at the end"""
+    track: bool = False
+    """log to wandb too (WANDB_MODE=offline works without network)"""
+    wandb_project: str = "turborl"
+    """wandb project"""
+    wandb_entity: str | None = None
+    """wandb entity (team or user)"""
+    capture_video: bool = False
+    """record videos of the first env into the run folder's videos/"""
+    runs_dir: str = "runs"
+    """where run folders are created"""
+    checkpoint_every: int = 0
+    """with --save-model, also checkpoint every this many env steps (0: only at the end); the last one is kept"""
+    resume: str | None = None
+    """continue the run saved in this checkpoint (written with --save-model), same flags"""
+    env_backend: str = "gymnasium"
+    """gymnasium (CPU simulators) or torch (classic control on the device: common/torch_envs.py)"""
+
+
+class UserError(Exception):
+    """A mistake in the user's input: reported as one line, exit code 2, no traceback."""
+
+
+class TrainingStopped(Exception):
+    """The run stopped itself (a loss became NaN or infinite): metrics and checkpoint are kept; exit code 3."""
+
+
+def check(condition: bool, message: str) -> None:
+    """Raise a UserError with `message` (which names the bad value and the fix) unless `condition`."""
+    if not condition:
+        raise UserError(message)
+
+
+def cli(main: Callable[[T], object], args_type: type[T], argv: list[str] | None = None) -> None:
+    """Parse `args_type` with tyro and run `main`. One line and an exit code instead of a traceback for user
+    errors (2), a run that stopped itself on a non-finite loss (3) and Ctrl-C (130)."""
+    import tyro
+
+    args = tyro.cli(args_type, args=argv, description=(sys.modules[main.__module__].__doc__ or "").strip())
+    try:
+        main(args)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except TrainingStopped as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(3) from None
+    except KeyboardInterrupt:
+        print("interrupted: the run folder keeps the metrics (and, with --save-model, the checkpoint)",
+              file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def check_run_args(args: RunArgs) -> None:
+    """The checks of every flag that more than one script has; each script checks its own hyperparameters."""
+    from .paths import inductor_options
+
+    for name in ("total_timesteps", "num_envs"):
+        value = getattr(args, name, None)
+        check(value is None or value > 0, f"--{name.replace('_', '-')} must be positive (got {value})")
+    check(args.log_every >= 1, f"--log-every must be >= 1 (got {args.log_every})")
+    check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
+    check(args.checkpoint_every == 0 or args.save_model, "--checkpoint-every needs --save-model")
+    check(args.env_backend in ("gymnasium", "torch"),
+          f"--env-backend must be gymnasium or torch (got {args.env_backend!r})")
+    inductor_options(args)  # --max-autotune / --inductor: checked here, before anything is built
+
+
+def pick_device(cuda: bool) -> torch.device:
+    """CUDA when asked for and present, else CPU."""
+    return torch.device("cuda") if cuda and torch.cuda.is_available() else torch.device("cpu")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = True
