@@ -6,6 +6,7 @@
 - `turborl.torch_envs`: classic-control envs in torch, on the device
 - `turborl.logger`: the run folder, metrics, progress and wandb
 - `turborl.checkpoints`: checkpoints, resume, the exported policy
+- `turborl.numerics`: running statistics and a parallel reverse scan, on the device (the PPO scripts)
 
 Algorithms live in algos/, one file each.
 """

@@ -20,7 +20,8 @@ class Checkpoints:
     `modules`: objects with state_dict (networks, optimizers, episode trackers); `tensors`: the device state that
     captured functions update in place, loaded back by copy so the graphs stay valid; `replay`: buffers saved up
     to `replay_size` rows. The envs are pickled whole where they can be, with the RNG states and the envs' last
-    answer (`link`, an EnvLink; None where the script keeps that in `tensors`), so on CPU a resumed run logs exactly what the uninterrupted run logs. `counters` (the
+    answer (`link`, an EnvLink; None where the script keeps that in `tensors`), so on CPU a resumed run logs
+    exactly what the uninterrupted run logs. `counters` (the
     loop's host-side numbers, with at least `global_step`) go in on save and come back from `resume`. `same`:
     the flags a resumed run must share with the saved one.
     """
@@ -59,7 +60,8 @@ class Checkpoints:
             **{key: module.state_dict() for key, module in self.modules.items()},
             "args": dataclasses.asdict(self.args), "global_step": counters["global_step"],
             "replay": {key: tensor[:size].cpu() for key, tensor in self.replay.items()},
-            "resume": {"counters": counters, "link": link.state_dict() if link else None, "rng": rng_state(), "envs": env_state(envs),
+            "resume": {"counters": counters, "link": link.state_dict() if link else None, "rng": rng_state(),
+                       "envs": env_state(envs),
                        "tensors": {key: tensor.detach().cpu() for key, tensor in self.tensors.items()}}}
         torch.save(state, path + ".tmp")  # then rename: a crash mid-write never leaves a truncated checkpoint
         os.replace(path + ".tmp", path)

@@ -4,13 +4,14 @@
     python scripts/benchmark.py --suite learning --seeds 1 2    # default tasks to a budget: fastest path + eager
     python scripts/report.py                                  # results/ -> results/README.md + plots
     python scripts/benchmark.py --labels ppo-torch4096 --paths compile+cudagraphs --variant autotune \
-        --extra-flags=--max-autotune                          # A/B a flag (this one needs --compile)
+        --extra-flags=--max-autotune --out results/experiments/NAME   # an A/B of a flag (this one needs --compile)
 
-Each run is a subprocess `python algos/<algo>.py ...`, the command a user would type, and its JSON holds the
-steady-state steps/s (median of the windows after compile and capture), the startup (compile + capture)
-seconds, the loop's time per step next to the floor (`--measure-floor`: the hot functions of one step replayed
-back to back with no simulator, synchronized once), the return curve, and the machine and versions. A failed
-run is written with its error, never dropped. Runs whose JSON already says "ok" are skipped (resumable).
+The tasks are scripts/registry.py's. Each run is a subprocess that runs a script with the flags a user would type
+(the JSON's `command`) under scripts/measure.py, and its JSON holds the steady-state steps/s (median of the
+windows after compile and capture), the startup (compile + capture) seconds, the loop's time per step next to
+the floor (the same captured calls replayed back to back with no simulator), the return curve, and the machine
+and versions. A failed run is written with its error, never dropped. Runs whose JSON already says "ok" are
+skipped (resumable).
 """
 
 from __future__ import annotations
@@ -32,81 +33,19 @@ import time
 from dataclasses import dataclass, field, replace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from scripts.registry import ALGORITHMS, Task  # noqa: E402
+
 PATH_FLAGS = {"eager": [], "compile": ["--compile"], "cudagraphs": ["--cudagraphs"],
               "compile+cudagraphs": ["--compile", "--cudagraphs"]}
-
-
-@dataclass(frozen=True)
-class Task:
-    algo: str
-    env_id: str
-    steps: int
-    """env steps of a run in the captured paths"""
-    eager_steps: int
-    """env steps of a run in eager and compile-only (slow: a shorter run still gives many steady windows)"""
-    learning_starts: int | None = None
-    """override of the script's --learning-starts (scaled with the steps)"""
-    variant: str = ""
-    """a name for a non-default setup (part of the JSON file name and the table's algo column)"""
-    flags: tuple[str, ...] = ()
-    """extra flags of that setup"""
-    cuda_only: bool = False
-    """skipped without CUDA (too big for a CPU run)"""
-    compile_only: bool = False
-    """its flags tune what --compile builds (--max-autotune): run in the compiled paths only"""
-    min_steps: int = 1000
-    """fewest env steps of a run at any --scale (PPO: 8 rollouts, so steady-state windows follow its startup)"""
-
-    @property
-    def label(self) -> str:
-        return f"{self.algo}-{self.variant}" if self.variant else self.algo
-
-
-# TF32 matmuls: the JAX PPO this task is compared with multiplies float32 matrices in TF32 by default on GPUs.
-TORCH_ENVS_4096 = ("--env-backend", "torch", "--num-envs", "4096", "--num-steps", "128", "--tf32")
-
-
-# Speed: learning starts early so most of the run is steady-state training.
-SPEED = [
-    Task("dqn", "CartPole-v1", 60_000, 30_000, 5_000),
-    Task("td3", "HalfCheetah-v5", 25_000, 5_000, 2_000),
-    Task("sac", "HalfCheetah-v5", 25_000, 4_000, 2_000),
-    Task("ppo", "CartPole-v1", 200_000, 50_000, min_steps=8 * 512),
-    Task("ppo", "HalfCheetah-v5", 61_440, 20_480, min_steps=8 * 2048),
-    # The whole PPO iteration as one graph on torch CartPole: 4096 envs x 128 steps per iteration.
-    Task("ppo", "CartPole-v1", 4096 * 128 * 100, 4096 * 128 * 6, variant="torch4096", flags=TORCH_ENVS_4096,
-         cuda_only=True),
-    # The same tuned for throughput (results/torch4096-ab): bfloat16 hidden layers in the learning passes,
-    # autotuned kernels, and launch options for the ~3,000 small kernels of an iteration (each launches while
-    # the one before finishes; independent ones share a launch). 300 iterations: the steady part lasts seconds.
-    Task("ppo", "CartPole-v1", 4096 * 128 * 300, 4096 * 128 * 6, variant="torch4096-tuned",
-         flags=(*TORCH_ENVS_4096, "--bf16", "--max-autotune", "--inductor", "triton.enable_pdl=True",
-                "combo_kernels=True"), cuda_only=True, compile_only=True),
-]
-# Learning: each algorithm's default task and budget (CleanRL's), eager on a short budget (return vs wall time).
-LEARNING = [
-    Task("dqn", "CartPole-v1", 500_000, 50_000),
-    Task("ppo", "CartPole-v1", 500_000, 50_000, min_steps=8 * 512),
-    # Eager TD3/SAC run at ~150/~100 steps/s on the H200: their eager budgets fit one 10-minute call.
-    Task("td3", "HalfCheetah-v5", 1_000_000, 50_000),
-    Task("sac", "HalfCheetah-v5", 1_000_000, 30_000),
-    Task("ppo", "HalfCheetah-v5", 1_000_000, 100_000, min_steps=8 * 2048),
-    # Time to solve (mean of the last 100 episodes >= 475), compile and capture included: torch CartPole, 4 envs.
-    Task("ppo", "CartPole-v1", 500_000, 500_000, variant="torch-solve",
-         flags=("--env-backend", "torch", "--stop-at-return", "475")),
-    # The same with 128 envs x 16 steps: PPO needs about as many iterations (~300 on CPU, seed 1) as with 4 x 128,
-    # and an iteration of 16 steps is a shorter graph; the budget only sets the learning-rate annealing.
-    Task("ppo", "CartPole-v1", 2_000_000, 2_000_000, variant="torch-solve128",
-         flags=("--env-backend", "torch", "--num-envs", "128", "--num-steps", "16", "--stop-at-return", "475")),
-]
 
 
 @dataclass
 class Args:
     suite: str = "speed"
     """`speed` (every algo x path, short) or `learning` (default tasks to their budget)"""
-    algos: list[str] = field(default_factory=lambda: ["dqn", "td3", "sac", "ppo"])
-    """algorithms to run"""
+    algos: list[str] = field(default_factory=lambda: list(ALGORITHMS))
+    """scripts to run (names in scripts/registry.py)"""
     paths: list[str] | None = None
     """paths to run (default: all four for speed; compile+cudagraphs and eager for learning)"""
     envs: list[str] = field(default_factory=list)
@@ -187,19 +126,19 @@ def return_curve(metrics_csv: str, max_points: int = 200) -> dict:
     return {"steps": [r[0] for r in kept], "seconds": [r[1] for r in kept], "returns": [r[2] for r in kept]}
 
 
-def run_one(task: Task, path: str, seed: int, scale: float, measure_floor: bool, timeout: float) -> dict:
-    """Run one script as a subprocess; the record says ok or failed (with the error), never nothing."""
+def run_one(task: Task, path: str, seed: int, scale: float, timeout: float) -> dict:
+    """Run one script under scripts/measure.py; the record says ok or failed (with the error), never nothing."""
     runs_dir = tempfile.mkdtemp(prefix="turborl-bench-")
     steps = max(task.min_steps, int((task.steps if "cudagraphs" in path else task.eager_steps) * scale))
-    user_command = [f"algos/{task.algo}.py", "--env-id", task.env_id, "--seed", str(seed),
-                    "--total-timesteps", str(steps), *PATH_FLAGS[path], *task.flags]
+    flags = ["--env-id", task.env_id, "--seed", str(seed), "--total-timesteps", str(steps), *PATH_FLAGS[path],
+             *task.flags]
     if task.learning_starts is not None:
-        user_command += ["--learning-starts", str(max(100, int(task.learning_starts * scale)))]
-    if measure_floor:
-        user_command.append("--measure-floor")
-    command = [sys.executable, *user_command, "--runs-dir", runs_dir]
+        flags += ["--learning-starts", str(max(100, int(task.learning_starts * scale)))]
+    measured = os.path.join(runs_dir, "measure.json")
+    command = [sys.executable, "scripts/measure.py", task.script, "--out", measured, "--", *flags,
+               "--runs-dir", runs_dir]
     record = {"algo": task.label, "env_id": task.env_id, "path": path, "seed": seed, "steps": steps,
-              "command": shlex.join(["python", *user_command]),
+              "command": shlex.join(["python", f"algos/{task.script}.py", *flags]),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     start = time.perf_counter()
     try:
@@ -208,40 +147,41 @@ def run_one(task: Task, path: str, seed: int, scale: float, measure_floor: bool,
     except subprocess.TimeoutExpired:
         error = f"timeout after {timeout:.0f}s"
     record["wall_seconds"] = time.perf_counter() - start
-    run_dirs = glob.glob(os.path.join(runs_dir, "*"))
-    summary_path = os.path.join(run_dirs[0], "summary.json") if run_dirs else ""
-    if error is None and not os.path.exists(summary_path):
-        error = "the run wrote no summary.json"
+    run_dirs = [d for d in glob.glob(os.path.join(runs_dir, "*")) if os.path.isdir(d)]
+    if error is None and not (run_dirs and os.path.exists(measured)):
+        error = "the run wrote no measurements"
     if error is not None:
         return {**record, "status": "failed", "error": error}
-    summary = json.load(open(summary_path))
-    sps = summary["median_window_sps"]
-    if not sps == sps:  # nan: too few windows, fall back to the whole steady-state span
-        sps = summary["steady_sps"]
+    result = json.load(open(measured))
+    sps = result["steady_sps"]
+    metrics_csv = os.path.join(run_dirs[0], "metrics.csv")
     return {
         **record, "status": "ok",
         "steady_sps": sps,
-        "steady_sps_whole": summary["steady_sps"],
-        "startup_seconds": summary["startup_seconds"],
-        "run_wall_seconds": summary["wall_seconds"],
-        "us_per_step": 1e6 / sps if sps and sps == sps else None,
-        "floor_us_per_step": summary.get("floor_us"),
-        "floor_method": "hot functions of one env step called back to back after training, one synchronize "
-                        "at the end (captured paths: GPU replay time alone)",
-        "final_return": summary["mean_return_last20"],
-        "solved_seconds": (metric_values(os.path.join(run_dirs[0], "metrics.csv"), "solved_seconds") or [None])[-1],
-        "episodes": summary["episodes"],
-        "curve": return_curve(os.path.join(run_dirs[0], "metrics.csv")),
+        "steady_sps_whole": result["steady_sps_whole"],
+        "startup_seconds": result["startup_seconds"],
+        "run_wall_seconds": result["summary"]["wall_seconds"],
+        "us_per_step": 1e6 / sps if sps else None,
+        "floor_us_per_step": result["floor_us"],
+        "floor_method": "the steady span's captured calls replayed back to back after training, one synchronize "
+                        "at the end (GPU replay time alone)",
+        "final_return": result["summary"]["mean_return_last20"],
+        "solved_seconds": (metric_values(metrics_csv, "solved_seconds") or [None])[-1],
+        "episodes": result["summary"]["episodes"],
+        "curve": return_curve(metrics_csv),
     }
 
 
 def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
-    tasks = SPEED if args.suite == "speed" else LEARNING
+    unknown = sorted(set(args.algos) - set(ALGORITHMS))
+    if unknown:
+        raise SystemExit(f"error: unknown script(s) {unknown}; choose from {list(ALGORITHMS)}")
+    tasks = [task for name in args.algos for task in getattr(ALGORITHMS[name], args.suite)]
     paths = args.paths or (list(PATH_FLAGS) if args.suite == "speed" else ["compile+cudagraphs", "eager"])
     runs = []
     for task in tasks:
-        if (task.algo not in args.algos or (args.envs and task.env_id not in args.envs)
-                or (args.labels and task.label not in args.labels) or (task.cuda_only and not cuda)):
+        if ((args.envs and task.env_id not in args.envs) or (args.labels and task.label not in args.labels)
+                or (task.cuda_only and not cuda)):
             continue
         if args.variant:
             task = replace(task, variant="-".join(filter(None, (task.variant, args.variant))),
@@ -280,7 +220,7 @@ def main(args: Args) -> None:
         target = os.path.join(out, f"{task.label}__{task.env_id}__{path}__s{seed}.json")
         if not args.force and os.path.exists(target) and json.load(open(target)).get("status") == "ok":
             return json.load(open(target))
-        record = run_one(task, path, seed, args.scale, args.suite == "speed", args.timeout)
+        record = run_one(task, path, seed, args.scale, args.timeout)
         record["machine"], record["suite"], record["scale"] = info, args.suite, args.scale
         record["concurrent_runs"] = jobs
         with open(target + ".tmp", "w") as f:

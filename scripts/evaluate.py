@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import zipfile
 from dataclasses import dataclass
 
@@ -20,8 +19,7 @@ import numpy as np
 import torch
 import tyro
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from common import UserError, check, cli  # noqa: E402
+from turborl.cli import UserError, check, cli
 
 
 @dataclass

@@ -1,11 +1,11 @@
 """Where a run's time goes: the kernels (CUDA) or ops (CPU) of a few steady loop iterations of a real script.
 
-    python scripts/profile_run.py ppo --skip 5 --active 3 -- --env-backend torch --num-envs 4096 --compile --cudagraphs
+    python scripts/profile_run.py ppo_device_envs --skip 5 --active 3 -- --num-envs 4096 --compile --cudagraphs
     python scripts/profile_run.py td3 --skip 3000 --active 50 -- --compile --cudagraphs --learning-starts 1000
 
 Runs the script's own `main` with the flags after `--` under torch.profiler. A loop iteration is one call of
 the run's progress report: an env step, or a whole iteration where the script runs one as a single call
-(PPO on torch envs). The first `--skip` iterations pass unprofiled (compile and capture happen there), the next
+(PPO on device envs). The first `--skip` iterations pass unprofiled (compile and capture happen there), the next
 `--active` are recorded, then the run stops. Prints the most expensive kernels (CUDA) or ops (CPU), the
 GPU time and kernel count per iteration, and writes a Chrome trace (open it in Perfetto).
 """
@@ -21,14 +21,16 @@ import torch
 import tyro
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # algos/ and common/ from this checkout, as the scripts see them
-from common import RunLogger, UserError  # noqa: E402
+sys.path.insert(0, ROOT)  # algos/ of this checkout, as the scripts see them
+from scripts.registry import ALGORITHMS  # noqa: E402
+from turborl.cli import UserError  # noqa: E402
+from turborl.logger import RunLogger  # noqa: E402
 
 
 @dataclass
 class Args:
     algo: tyro.conf.Positional[str]
-    """the script to profile: dqn, ppo, sac or td3"""
+    """the script to profile (a name in scripts/registry.py)"""
     skip: int = 10
     """loop iterations before the recorded ones (past compile and capture: see the script's startup time)"""
     active: int = 5
@@ -47,8 +49,8 @@ def profile(args: Args, script_argv: list[str]) -> str:
     """Profile the run; returns the printed report."""
     if args.skip < 1 or args.active < 1:
         raise SystemExit(f"error: --skip must be >= 1 and --active >= 1 (got {args.skip}, {args.active})")
-    if not os.path.exists(os.path.join(ROOT, "algos", f"{args.algo}.py")):
-        raise SystemExit(f"error: no script algos/{args.algo}.py; pick one of dqn, ppo, sac, td3")
+    if args.algo not in ALGORITHMS:
+        raise SystemExit(f"error: no script {args.algo!r}; pick one of {', '.join(ALGORITHMS)}")
     script = importlib.import_module(f"algos.{args.algo}")
     script_args = tyro.cli(script.Args, args=script_argv)
     on_gpu = torch.cuda.is_available() and script_args.cuda

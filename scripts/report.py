@@ -15,19 +15,18 @@ import glob
 import json
 import os
 import statistics
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from scripts.registry import ALGORITHMS, Task  # noqa: E402
+
 PATHS = ["eager", "compile", "cudagraphs", "compile+cudagraphs"]
-# CleanRL's published returns at the default budgets (its benchmark docs), the reference for each default task.
-CLEANRL_RETURNS = {
-    ("dqn", "CartPole-v1"): 488.7,
-    ("ppo", "CartPole-v1"): 490.0,
-    ("td3", "HalfCheetah-v5"): 9583.0,
-    ("sac", "HalfCheetah-v5"): 9635.0,
-    ("ppo", "HalfCheetah-v5"): 1443.0,
-}
+# CleanRL's published returns at the default budgets, by the table's algo column and env.
+CLEANRL_RETURNS = {(Task(name, env_id, 0, 0).label, env_id): value for name, algorithm in ALGORITHMS.items()
+                   for env_id, value in algorithm.cleanrl_returns.items()}
 README_START, README_END = "<!-- speed-table:start -->", "<!-- speed-table:end -->"
 
 

@@ -1,11 +1,18 @@
-"""Shared test helpers: run a script's main in-process or as a user would, and read its metrics."""
+"""Shared test helpers: run a script as a user would or in-process, and read its metrics."""
 
 from __future__ import annotations
 
 import csv
+import glob
+import importlib
 import os
 import subprocess
 import sys
+
+import torch
+import tyro
+
+from scripts.registry import TEST_RUNS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -16,12 +23,36 @@ def metric(run_dir: str, name: str) -> list[float]:
         return [float(row["value"]) for row in csv.DictReader(f) if row["name"] == name]
 
 
+def metrics_after(runs_dir: str, step: int) -> list[tuple]:
+    """Every logged (step, name, value) after `step` of the one run under `runs_dir`, except the clock's."""
+    [metrics_csv] = glob.glob(os.path.join(runs_dir, "*", "metrics.csv"))
+    with open(metrics_csv) as f:
+        return [(r["step"], r["name"], r["value"]) for r in csv.DictReader(f)
+                if r["name"] != "sps" and int(r["step"]) > step]
+
+
 def run_script(script: str, *flags: str, cwd: str | None = None, timeout: float = 600):
     """Run `python algos/<script>.py flags...` as a user would; returns the CompletedProcess."""
     return subprocess.run(
         [sys.executable, os.path.join(ROOT, "algos", f"{script}.py"), *flags],
         cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
     )
+
+
+def run_main(script: str, flags, runs_dir: str) -> str:
+    """Run a script's main in this process (a fresh compile: dynamo's recompile limit is per code object);
+    returns the run folder."""
+    module = importlib.import_module(f"algos.{script}")
+    torch._dynamo.reset()
+    return module.main(tyro.cli(module.Args, args=[*flags, "--runs-dir", runs_dir]))["run_dir"]
+
+
+def first_losses(case: str, runs_dir: str, *flags: str, n: int = 6) -> list[float]:
+    """The first `n` losses that the test run `case` (scripts/registry.py) logs with `flags` added."""
+    test_run = TEST_RUNS[case]
+    losses = metric(run_main(test_run.script, [*test_run.flags, *flags], runs_dir), test_run.loss)
+    assert len(losses) >= n, losses
+    return losses[:n]
 
 
 def assert_user_error(result, *words: str) -> None:

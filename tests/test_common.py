@@ -8,20 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from common import (
-    HostLink,
-    RunLogger,
-    UserError,
-    accelerate,
-    final_observations,
-    finished_episodes,
-    make_env,
-    pick_device,
-    resolve_cudagraphs,
-    soft_update,
-    track_episodes,
-)
 from tests.helpers import metric
+from turborl.cli import RunArgs, UserError, check_run_args, pick_device
+from turborl.envs import EnvLink, EnvStep, final_observations, finished_episodes, make_env, track_episodes
+from turborl.logger import RunLogger
+from turborl.paths import ExecutionPath, inductor_option
 
 
 def test_unknown_env_id_is_a_user_error():
@@ -96,55 +87,51 @@ def test_seeded_envs_repeat():
 
 
 def test_cudagraphs_without_cuda_warns_and_falls_back(capsys):
-    assert resolve_cudagraphs(True, torch.device("cpu")) is False
+    path = ExecutionPath(RunArgs(cudagraphs=True), torch.device("cpu"))
     assert "--cudagraphs needs a CUDA device" in capsys.readouterr().err
-    assert resolve_cudagraphs(False, torch.device("cpu")) is False
+    assert not path.capturing and not path.capturable
 
+    def f(x):
+        return x + 1
 
-def test_soft_update_moves_targets_and_keeps_them_out_of_autograd():
-    online, target = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2).requires_grad_(False)
-    before = target.weight.clone()
-    for _ in range(3):
-        soft_update(list(target.parameters()), list(online.parameters()), 0.5)
-    torch.testing.assert_close(target.weight, online.weight.detach() + (before - online.weight.detach()) / 8)
-    assert all(p.grad_fn is None and not p.requires_grad for p in target.parameters())
+    assert path.capture(f) is f and path.compile(f) is f  # eager: the functions themselves
+    ExecutionPath(RunArgs(), torch.device("cpu"))
+    assert capsys.readouterr().err == ""
 
 
 def test_pick_device_cpu():
     assert pick_device(False).type == "cpu"
 
 
-def test_accelerate_eager_is_identity():
-    def f(x):
-        return x + 1
-
-    assert accelerate(f, compile=False, cudagraphs=False, device=torch.device("cpu")) is f
-
-
 def test_compiled_function_freezes_what_compiling_left_for_the_gc():
     gc.unfreeze()
     try:
         torch._dynamo.reset()
-        fast = accelerate(lambda x: x * 2 + 1, compile=True, cudagraphs=False, device=torch.device("cpu"))
+        fast = ExecutionPath(RunArgs(compile=True), torch.device("cpu")).compile(lambda x: x * 2 + 1)
         assert gc.get_freeze_count() == 0
-        torch.testing.assert_close(fast(torch.ones(3)), torch.full((3,), 3.0))
-        assert gc.get_freeze_count() > 0  # frozen after the compiling call, not rescanned in the loop
+        for _ in range(2):
+            torch.testing.assert_close(fast(torch.ones(3)), torch.full((3,), 3.0))
+        assert gc.get_freeze_count() > 0  # frozen after the compiling calls, not rescanned in the loop
     finally:
         gc.unfreeze()
 
 
-def test_host_link_roundtrip_cpu():
-    link = HostLink(2, 3, (), torch.long, torch.device("cpu"))
-    link.first(np.ones((2, 3)))
-    valid, *_, next_obs = HostLink.unpack(link.pull(), 3)
-    assert valid == 0 and torch.equal(next_obs, torch.ones(2, 3))
-    link.put(np.array([1.0, 2.0]), np.array([True, False]), np.array([False, True]), np.zeros((2, 3)), np.ones((2, 3)))
-    valid, reward, terminated, truncated, reached, next_obs = HostLink.unpack(link.pull(), 3)
-    assert valid == 1 and reward.tolist() == [1.0, 2.0] and terminated.tolist() == [1.0, 0.0]
-    assert truncated.tolist() == [0.0, 1.0] and reached.sum() == 0 and next_obs.sum() == 6
-    link.push(torch.tensor([1, 2]))
-    link.ready()
-    np.testing.assert_array_equal(link.wait(), [1, 2])
+@pytest.mark.parametrize("envs_on_device", [False, True])
+def test_env_link_carries_each_field_by_name(envs_on_device):
+    link = EnvLink(2, 3, (), torch.long, torch.device("cpu"), envs_on_device=envs_on_device)
+    make = torch.as_tensor if envs_on_device else np.asarray
+    link.reset(make(np.ones((2, 3), np.float32)))
+    step = link.receive()
+    assert step.answered.tolist() == [0, 0] and torch.equal(step.next_obs, torch.ones(2, 3))
+    link.send(EnvStep(make([1.0, 2.0]), make([True, False]), make([False, True]), make(np.zeros((2, 3))),
+                      make(np.full((2, 3), 5.0))))
+    step = link.receive()
+    assert step.answered.tolist() == [1, 1] and step.reward.tolist() == [1.0, 2.0]
+    assert step.terminated.tolist() == [1.0, 0.0] and step.truncated.tolist() == [0.0, 1.0]
+    assert step.final_obs.sum() == 0 and step.next_obs.sum() == 30
+    link.send_action(torch.tensor([1, 2]))
+    link.action_queued()
+    assert list(link.action()) == [1, 2]
 
 
 @dataclass
@@ -158,24 +145,22 @@ def test_run_logger_writes_metrics_and_summary(tmp_path):
     logger = RunLogger(_Args(), "algo", total_steps=3000, run_root=str(tmp_path))
     logger.log(10, loss=0.5)
     logger.log_episodes(20, [(12.0, 12)])
-    logger.mark_steady(100)
     for step in range(100, 3001, 100):
+        time.sleep(0.001)
         logger.progress(step)
-    training_sps = logger.steady_sps()
+    training_seconds = logger._progress_time - logger._first_progress[1]
     time.sleep(0.05)  # after the loop (saving, exporting): not training time
     summary = logger.close()
-    assert summary["steady_sps"] == training_sps
+    assert summary["sps"] == pytest.approx(2900 / training_seconds)
     assert metric(logger.dir, "loss") == [0.5]
     assert metric(logger.dir, "episodic_return") == [12.0]
-    assert len(metric(logger.dir, "sps")) == 2  # windows of 1000 steps after the steady mark
-    assert summary["steady_sps"] > 0 and summary["mean_return_last20"] == 12.0
+    assert len(metric(logger.dir, "sps")) == 2  # windows of 1000 steps from the first progress on
+    assert summary["mean_return_last20"] == 12.0
     assert json.load(open(os.path.join(logger.dir, "args.json")))["env_id"] == "Test-v0"
     assert json.load(open(os.path.join(logger.dir, "summary.json")))["steps"] == 3000
 
 
 def test_inductor_options_are_read_by_name_with_values_of_their_type():
-    from common.run import inductor_option
-
     config = torch._inductor.config
     defaults = (config.combo_kernels, config.triton.enable_pdl, config.max_fusion_size)
     options = [inductor_option(o) for o in ("combo_kernels=True", "triton.enable_pdl=True",
@@ -193,14 +178,12 @@ def test_a_runs_inductor_options_reach_its_compiles_and_no_later_run():
     """cpp.simdlen=1 turns off the vectorized C++ (at::vec) inductor writes for a CPU kernel: visible in the code."""
     from torch._inductor.utils import run_and_get_code
 
-    from common import RunArgs, check_run_args, compiled
-
-    def vectorized() -> bool:
+    def vectorized(args: RunArgs) -> bool:
         torch._dynamo.reset()
-        _, code = run_and_get_code(compiled(lambda x: x.sin() + 1), torch.randn(1000))
+        check_run_args(args)
+        compiled = ExecutionPath(args, torch.device("cpu")).compile(lambda x: x.sin() + 1)
+        _, code = run_and_get_code(compiled, torch.randn(1000))
         return "at::vec" in "".join(code)
 
-    check_run_args(RunArgs(compile=True, inductor=["cpp.simdlen=1"]))
-    assert not vectorized()
-    check_run_args(RunArgs(compile=True))
-    assert vectorized() and torch._inductor.config.cpp.simdlen is None
+    assert not vectorized(RunArgs(compile=True, inductor=["cpp.simdlen=1"]))
+    assert vectorized(RunArgs(compile=True)) and torch._inductor.config.cpp.simdlen is None

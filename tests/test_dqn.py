@@ -1,4 +1,4 @@
-"""DQN on CPU: learning, path agreement, and user errors, run the way users run the script."""
+"""DQN on CPU: learning and user errors, run the way users run the script."""
 
 import glob
 import json
@@ -25,24 +25,7 @@ def test_dqn_learns_cartpole_and_cudagraphs_without_cuda_falls_back(tmp_path):
     returns = metric(run_dir, "episodic_return")
     assert sum(returns[-20:]) / 20 >= 195, returns[-20:]
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
-    assert summary["steps"] == 25000 and summary["steady_sps"] > 0
-
-
-def _first_losses(tmp_path, compile: bool, n: int = 8) -> list[float]:
-    from algos.dqn import Args, main
-
-    torch._dynamo.reset()
-    args = Args(total_timesteps=300, learning_starts=200, train_frequency=1, log_every=1, cuda=False,
-                compile=compile, runs_dir=str(tmp_path / ("compile" if compile else "eager")))
-    summary = main(args)
-    return metric(summary["run_dir"], "td_loss")[:n]
-
-
-def test_dqn_eager_and_compile_give_the_same_first_losses(tmp_path):
-    eager = _first_losses(tmp_path, compile=False)
-    compiled = _first_losses(tmp_path, compile=True)
-    assert len(eager) == 8 and eager[0] > 0
-    torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-6)
+    assert summary["steps"] == 25000 and summary["sps"] > 0
 
 
 @pytest.mark.parametrize(

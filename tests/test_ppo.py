@@ -1,4 +1,4 @@
-"""PPO on CPU: learning (discrete and continuous), GAE, path agreement, user errors."""
+"""PPO on CPU (gymnasium envs and device envs): learning, GAE, bfloat16, user errors."""
 
 import glob
 
@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from algos import ppo
+from algos import ppo_device_envs
 from tests.helpers import assert_user_error, metric, run_script
+from turborl.numerics import reverse_scan
 
 # Budgets measured on CPU (seed 1): CartPole-v1 averages ~340 over the last 20 episodes by 80k steps (seed 2:
 # ~210); on Pendulum-v1 the mean of 10 episodes goes from about -1200 (first) to about -750 (last) in 100k.
@@ -37,29 +38,12 @@ def test_reverse_scan_is_gae_recursion():
     for t in reversed(range(100)):  # CleanRL's loop
         running = deltas[t] + coef[t] * running
         expected[t] = running
-    torch.testing.assert_close(ppo.reverse_scan(deltas, coef), expected, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("env_id, overrides", [
-    ("CartPole-v1", {"num_steps": 32}),
-    ("CartPole-v1", {"num_steps": 32, "env_backend": "torch"}),  # the env step is compiled too
-    ("Pendulum-v1", {"num_steps": 64, "num_minibatches": 4, "update_epochs": 2}),
-])
-def test_eager_and_compile_give_the_same_first_updates(tmp_path, env_id, overrides):
-    losses = {}
-    for compile in (False, True):
-        torch._dynamo.reset()
-        args = ppo.Args(env_id=env_id, total_timesteps=overrides["num_steps"] * 4 * 3, num_envs=4, log_every=1,
-                        cuda=False, compile=compile, runs_dir=str(tmp_path / str(compile)), **overrides)
-        run_dir = ppo.main(args)["run_dir"]
-        losses[compile] = [metric(run_dir, name) for name in ("policy_loss", "value_loss", "approx_kl")]
-    assert len(losses[False][0]) == 3
-    torch.testing.assert_close(losses[True], losses[False], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(reverse_scan(deltas, coef), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_bf16_keeps_hidden_activations_in_bfloat16_acts_in_float32_and_stays_close():
     torch.manual_seed(0)
-    agent, obs = ppo.Agent(4, 2, discrete=True), torch.randn(256, 4)
+    agent, obs = ppo_device_envs.Agent(4, 2, discrete=True), torch.randn(256, 4)
     action = torch.randint(0, 2, (256,))
     reference, noise = agent.evaluate(obs, action), torch.rand(256, 2)
     acted = agent.sample(obs, noise)
@@ -83,11 +67,19 @@ def test_bf16_keeps_hidden_activations_in_bfloat16_acts_in_float32_and_stays_clo
     (["--num-minibatches", "3"], ["--num-minibatches 3", "512"]),
     (["--num-envs", "0"], ["--num-envs must be positive"]),
     (["--total-timesteps", "100"], ["less than one rollout"]),
-    (["--env-backend", "jax"], ["--env-backend must be gymnasium or torch"]),
+    (["--env-backend", "torch"], ["algos/ppo_device_envs.py"]),
     (["--max-autotune"], ["--max-autotune", "add --compile"]),
     (["--inductor", "combo_kernels=True"], ["--inductor", "add --compile"]),
     (["--compile", "--inductor", "no_such_option=True"], ["no_such_option", "option of torch._inductor.config"]),
-    (["--env-backend", "torch", "--env-id", "LunarLander-v3"], ["--env-backend torch has no LunarLander-v3"]),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, flags, words):
     assert_user_error(run_script("ppo", *flags, "--runs-dir", str(tmp_path)), *words)
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--env-id", "LunarLander-v3"], ["--env-backend torch has no LunarLander-v3"]),
+    (["--env-backend", "gymnasium"], ["algos/ppo.py"]),
+    (["--num-minibatches", "3"], ["--num-minibatches 3", "512"]),
+])
+def test_device_envs_bad_input_is_one_clear_line(tmp_path, flags, words):
+    assert_user_error(run_script("ppo_device_envs", *flags, "--runs-dir", str(tmp_path)), *words)

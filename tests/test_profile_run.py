@@ -1,4 +1,4 @@
-"""scripts/profile_run.py: a real script's steady iterations under the profiler."""
+"""scripts/profile_run.py and scripts/measure.py: a real script observed from outside."""
 
 import json
 import os
@@ -25,3 +25,20 @@ def test_a_run_shorter_than_the_window_says_so(tmp_path):
     args = profile_run.Args(algo="dqn", skip=600, active=20, trace=str(tmp_path / "trace.json"))
     with pytest.raises(SystemExit, match="before the recorded window"):
         profile_run.profile(args, ["--total-timesteps", "300", "--runs-dir", str(tmp_path / "runs")])
+
+
+def test_measure_finds_the_steady_state_from_outside(tmp_path):
+    """scripts/measure.py times the captured functions' first calls as startup and measures speed after them."""
+    from scripts import measure
+
+    out = tmp_path / "measure.json"
+    record = measure.measure(measure.Args(script="dqn", out=str(out)),
+                             ["--total-timesteps", "4000", "--learning-starts", "500", "--compile",
+                              "--runs-dir", str(tmp_path / "runs")])
+    assert json.load(open(out)) == json.loads(json.dumps(record))
+    # Steady once act (every step) and update (every 10th iteration past step 500) each ran 4 times: the 4th
+    # update is at iteration 540, whose progress report is step 541.
+    assert record["steady_from_step"] == 541 and record["steady_sps"] > 0 and record["steady_windows"] == 3
+    assert record["startup_seconds"] > 1  # compiling
+    assert record["floor_us"] is None  # no graphs on a CPU
+    assert record["summary"]["steps"] == 4000

@@ -14,10 +14,11 @@ def test_benchmark_records_a_real_run_and_a_failed_one(tmp_path):
         ok = json.load(f)
     assert ok["status"] == "ok" and ok["steady_sps"] > 0 and ok["steps"] == 1000
     assert ok["command"].startswith("python algos/dqn.py --env-id CartPole-v1")
+    assert ok["startup_seconds"] >= 0 and ok["steady_sps_whole"] > 0
     assert ok["machine"]["torch"] and ok["machine"]["device"] == ("cuda" if ok["machine"]["gpu"] else "cpu")
     assert len(ok["curve"]["returns"]) == ok["episodes"] > 0
 
-    failed = benchmark.run_one(benchmark.Task("dqn", "NoSuchEnv-v0", 1000, 1000), "eager", 1, 1.0, False, 60)
+    failed = benchmark.run_one(benchmark.Task("dqn", "NoSuchEnv-v0", 1000, 1000), "eager", 1, 1.0, 60)
     assert failed["status"] == "failed" and "unknown env id" in failed["error"]
 
 

@@ -1,0 +1,122 @@
+"""The algorithms turborl ships, in one table: what the benchmark runs, the returns CleanRL publishes, and the
+short runs the tests use. scripts/benchmark.py, scripts/report.py, scripts/profile_run.py and tests/ read it;
+adding a script to algos/ means adding its row here (README: "Adding an algorithm").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Task:
+    """One benchmark setup of a script."""
+
+    script: str
+    env_id: str
+    steps: int
+    """env steps of a run in the captured paths"""
+    eager_steps: int
+    """env steps of a run in eager and compile-only (slow: a shorter run still gives many steady windows)"""
+    learning_starts: int | None = None
+    """override of the script's --learning-starts (scaled with the steps)"""
+    variant: str = ""
+    """a name for a non-default setup (part of the JSON file name and the table's algo column)"""
+    flags: tuple[str, ...] = ()
+    """extra flags of that setup"""
+    cuda_only: bool = False
+    """skipped without CUDA (too big for a CPU run)"""
+    compile_only: bool = False
+    """its flags tune what --compile builds (--max-autotune): run in the compiled paths only"""
+    min_steps: int = 1000
+    """fewest env steps of a run at any --scale (PPO: 8 rollouts, so steady-state windows follow its startup)"""
+
+    @property
+    def label(self) -> str:
+        name = "ppo" if self.script.startswith("ppo") else self.script
+        return f"{name}-{self.variant}" if self.variant else name
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """A short CPU run of a script: it logs `loss` after its first updates and crosses `checkpoint_every` once."""
+
+    script: str
+    flags: tuple[str, ...]
+    loss: str
+    checkpoint_every: int
+    bf16: bool = False
+    """runs layers in bfloat16: compiled code may round at other points than eager (a wider tolerance)"""
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    script: str
+    """algos/<script>.py"""
+    cleanrl_returns: dict[str, float] = field(default_factory=dict)
+    """CleanRL's published return at the default budget, per env id (its benchmark docs)"""
+    speed: tuple[Task, ...] = ()
+    learning: tuple[Task, ...] = ()
+    tests: dict[str, TestRun] = field(default_factory=dict)
+
+
+# TF32 matmuls: the JAX PPO this task is compared with multiplies float32 matrices in TF32 by default on GPUs.
+TORCH_ENVS_4096 = ("--num-envs", "4096", "--num-steps", "128", "--tf32")
+PENDULUM_OFF_POLICY = ("--env-id", "Pendulum-v1", "--total-timesteps", "450", "--learning-starts", "300",
+                       "--log-every", "5")
+
+ALGORITHMS = {
+    "dqn": Algorithm(
+        "dqn", {"CartPole-v1": 488.7},
+        speed=(Task("dqn", "CartPole-v1", 60_000, 30_000, 5_000),),
+        learning=(Task("dqn", "CartPole-v1", 500_000, 50_000),),
+        tests={"dqn": TestRun("dqn", ("--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency",
+                                      "2", "--log-every", "5"), "td_loss", 1000)}),
+    "td3": Algorithm(
+        "td3", {"HalfCheetah-v5": 9583.0},
+        speed=(Task("td3", "HalfCheetah-v5", 25_000, 5_000, 2_000),),
+        # Eager TD3/SAC run at ~150/~100 steps/s on a GPU: their eager budgets are short.
+        learning=(Task("td3", "HalfCheetah-v5", 1_000_000, 50_000),),
+        tests={"td3": TestRun("td3", PENDULUM_OFF_POLICY, "qf_loss", 400)}),
+    "sac": Algorithm(
+        "sac", {"HalfCheetah-v5": 9635.0},
+        speed=(Task("sac", "HalfCheetah-v5", 25_000, 4_000, 2_000),),
+        learning=(Task("sac", "HalfCheetah-v5", 1_000_000, 30_000),),
+        tests={"sac": TestRun("sac", PENDULUM_OFF_POLICY, "qf_loss", 400)}),
+    "ppo": Algorithm(
+        "ppo", {"CartPole-v1": 490.0, "HalfCheetah-v5": 1443.0},
+        speed=(Task("ppo", "CartPole-v1", 200_000, 50_000, min_steps=8 * 512),
+               Task("ppo", "HalfCheetah-v5", 61_440, 20_480, min_steps=8 * 2048)),
+        learning=(Task("ppo", "CartPole-v1", 500_000, 50_000, min_steps=8 * 512),
+                  Task("ppo", "HalfCheetah-v5", 1_000_000, 100_000, min_steps=8 * 2048)),
+        tests={"ppo": TestRun("ppo", ("--total-timesteps", "1536", "--num-steps", "64", "--log-every", "1"),
+                              "policy_loss", 1000),
+               "ppo-continuous": TestRun("ppo", ("--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "64",
+                                                 "--num-minibatches", "4", "--update-epochs", "2",
+                                                 "--total-timesteps", "768", "--log-every", "1"),
+                                         "value_loss", 500)}),
+    "ppo_device_envs": Algorithm(
+        "ppo_device_envs", {"CartPole-v1": 490.0},
+        speed=(
+            # The whole PPO iteration as one graph on torch CartPole: 4096 envs x 128 steps per iteration.
+            Task("ppo_device_envs", "CartPole-v1", 4096 * 128 * 100, 4096 * 128 * 6, variant="torch4096",
+                 flags=TORCH_ENVS_4096, cuda_only=True),
+            # Tuned for throughput (results/experiments/torch4096-ab): bfloat16 hidden layers in the learning
+            # passes, autotuned kernels, and launch options for the ~3,000 small kernels of an iteration.
+            Task("ppo_device_envs", "CartPole-v1", 4096 * 128 * 300, 4096 * 128 * 6, variant="torch4096-tuned",
+                 flags=(*TORCH_ENVS_4096, "--bf16", "--max-autotune", "--inductor", "triton.enable_pdl=True",
+                        "combo_kernels=True"), cuda_only=True, compile_only=True)),
+        learning=(
+            # Time to solve (mean of the last 100 episodes >= 475), compile and capture included.
+            Task("ppo_device_envs", "CartPole-v1", 500_000, 500_000, variant="torch-solve",
+                 flags=("--stop-at-return", "475")),
+            Task("ppo_device_envs", "CartPole-v1", 2_000_000, 2_000_000, variant="torch-solve128",
+                 flags=("--num-envs", "128", "--num-steps", "16", "--stop-at-return", "475"))),
+        tests={"ppo-device-envs": TestRun("ppo_device_envs", ("--total-timesteps", "1536", "--num-steps", "64",
+                                                              "--log-every", "1"), "policy_loss", 1000),
+               "ppo-device-envs-bf16": TestRun("ppo_device_envs", ("--num-envs", "8", "--num-steps", "16", "--bf16",
+                                                                   "--total-timesteps", "768", "--log-every", "1"),
+                                               "policy_loss", 500, bf16=True)}),
+}
+
+TEST_RUNS = {name: run for algorithm in ALGORITHMS.values() for name, run in algorithm.tests.items()}
