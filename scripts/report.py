@@ -6,7 +6,7 @@
 For every suite folder under `--results` it writes a section of `<results>/README.md`: steps/s per path and
 the speed-up over eager (speed suite), return at budget against CleanRL's published returns (learning
 suite), the failed runs with their errors, and where and with what the numbers were measured. Plots:
-`<suite>_speed.png` (steps/s per path) and `<suite>_returns.png` (return vs steps and vs wall time).
+`<suite>-steps-per-second.png` (steps/s per path) and `<suite>-returns.png` (return vs steps and vs wall time).
 """
 
 from __future__ import annotations
@@ -216,11 +216,16 @@ def report(args: Args) -> str:
         out += failures(runs) + machines(runs)
         if args.plots:
             if not any(r["suite"] == "learning" for r in runs):
-                plot_speed(runs, os.path.join(args.results, f"{suite}_speed.png"))  # speed is measured alone
-                out += ["", f"![steps/s per path]({suite}_speed.png)"]
-            plot_returns(runs, os.path.join(args.results, f"{suite}_returns.png"))
-            out += ["", f"![returns]({suite}_returns.png)"]
+                plot_speed(runs, os.path.join(args.results, f"{suite}-steps-per-second.png"))  # measured alone
+                out += ["", f"![steps/s per path]({suite}-steps-per-second.png)"]
+            plot_returns(runs, os.path.join(args.results, f"{suite}-returns.png"))
+            out += ["", f"![returns]({suite}-returns.png)"]
         out.append("")
+    experiments = sorted(glob.glob(os.path.join(args.results, "experiments", "*", "README.md")))
+    if experiments:
+        out += ["## experiments", "", "One-off A/B studies, each with its question, command and answer:", ""]
+        out += [f"- [{os.path.basename(os.path.dirname(path))}]({os.path.relpath(path, args.results)}): "
+                f"{open(path).readline().lstrip('# ').strip()}" for path in experiments]
     text = "\n".join(out)
     with open(os.path.join(args.results, "README.md"), "w") as f:
         f.write(text)
@@ -235,7 +240,8 @@ def update_readme(readme: str, results: str, suite: str, table: list[str]) -> No
         text = f.read()
     if README_START not in text or README_END not in text:
         return
-    rel = os.path.relpath(os.path.join(results, f"{suite}_speed.png"), os.path.dirname(os.path.abspath(readme)))
+    rel = os.path.relpath(os.path.join(results, f"{suite}-steps-per-second.png"),
+                          os.path.dirname(os.path.abspath(readme)))
     block = "\n".join([README_START, *table, "", f"![steps/s per path]({rel})", README_END])
     start, end = text.index(README_START), text.index(README_END) + len(README_END)
     with open(readme, "w") as f:
