@@ -70,12 +70,10 @@ class Args(RunArgs):
     stop_at_return: float | None = None
     """stop once the mean return of the last 100 episodes reaches this (time-to-solve benchmarks)"""
     tf32: bool = False
-    """TensorFloat-32 matmuls on CUDA (JAX's default on recent GPUs): big-batch updates run on tensor cores, with
-    products rounded to a 10-bit mantissa"""
+    """TensorFloat-32 matmuls on CUDA (JAX's default on recent GPUs), products rounded to a 10-bit mantissa"""
     bf16: bool = False
-    """the learning's big-batch passes (values for GAE, minibatch updates) run their hidden layers in bfloat16
-    (autocast; output layers, losses and Adam stay float32): those passes are bound by memory bandwidth, and
-    this halves the bytes of their activations, at bfloat16's 8-bit mantissa. Acting stays float32."""
+    """hidden layers of the learning's big-batch passes in bfloat16, which halves the bytes those memory-bound
+    passes move (acting, output layers, losses and Adam stay float32)"""
 
 
 DISCRETE_DEFAULTS = dict(total_timesteps=500_000, learning_rate=2.5e-4, num_envs=4, num_steps=128,
@@ -104,8 +102,7 @@ class Agent(nn.Module):
             self.actor_logstd = nn.Parameter(torch.zeros(n_out))
 
     def run(self, net: nn.Sequential, obs):
-        """`net` on a big batch; with bf16 its hidden layers compute and keep activations in bfloat16, and the
-        output layer gets them back in float32 (a value's bfloat16 rounding would be 0.5 at returns of 100)."""
+        """`net` on a big batch, with --bf16 its hidden layers in bfloat16 (the output layer stays float32)."""
         if not self.bf16:
             return net(obs)
         with torch.autocast(obs.device.type, torch.bfloat16):
@@ -117,8 +114,7 @@ class Agent(nn.Module):
 
     def sample(self, obs, noise):
         """(action, its log-probability) from noise drawn beforehand: Gumbel noise for categorical (Gumbel-max),
-        standard normal for the reparameterized Gaussian. Always float32: a rollout's small batches are bound by
-        launch latency, where bfloat16 would only add casts."""
+        standard normal for the reparameterized Gaussian. Always float32: small batches, where casts only cost."""
         out = self.actor(obs)
         if self.discrete:
             logp = out.log_softmax(-1)
@@ -168,8 +164,7 @@ class DeterministicPolicy(nn.Module):
 
 
 def init_distributed(cuda: bool) -> tuple[int, int, torch.device | None]:
-    """(rank, world size, this rank's device) under torchrun (WORLD_SIZE > 1), after joining the process group;
-    (0, 1, None) otherwise."""
+    """(rank, world size, this rank's device) under torchrun, after joining the process group; else (0, 1, None)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return 0, 1, None

@@ -75,7 +75,7 @@ ALGORITHMS = {
     "td3": Algorithm(
         "td3", {"HalfCheetah-v5": 9583.0},
         speed=(Task("td3", "HalfCheetah-v5", 25_000, 5_000, 2_000),),
-        # Eager TD3/SAC run at ~150/~100 steps/s on a GPU: their eager budgets are short.
+        # Eager TD3/SAC are slow: short eager budgets, the wall-time reference of the return curves.
         learning=(Task("td3", "HalfCheetah-v5", 1_000_000, 50_000),),
         tests={"td3": TestRun("td3", PENDULUM_OFF_POLICY, "qf_loss", 400)}),
     "sac": Algorithm(
