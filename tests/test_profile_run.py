@@ -39,6 +39,6 @@ def test_measure_finds_the_steady_state_from_outside(tmp_path):
     # Steady once act (every step) and update (every 10th iteration past step 500) each ran 4 times: the 4th
     # update is at iteration 540, whose progress report is step 541.
     assert record["steady_from_step"] == 541 and record["steady_sps"] > 0 and record["steady_windows"] == 3
-    assert record["startup_seconds"] > 1  # compiling
+    assert 0 < record["startup_seconds"] < record["summary"]["wall_seconds"]  # compiling (or a cache hit)
     assert record["floor_us"] is None  # no graphs on a CPU
     assert record["summary"]["steps"] == 4000
