@@ -176,6 +176,21 @@ def init_distributed(cuda: bool) -> tuple[int, int, torch.device | None]:
     return dist.get_rank(), world, device
 
 
+def leave_distributed(params: list[torch.Tensor]) -> float:
+    """Leave the process group after a run that completed on every rank; returns the largest difference between
+    a rank's parameters and rank 0's (0: the ranks ended identical)."""
+    flat = torch.cat([p.detach().flatten() for p in params])
+    reference = flat.clone()
+    dist.broadcast(reference, 0)
+    diff = (flat - reference).abs().max()
+    dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+    dist.destroy_process_group()
+    # gloo's threads drop their last collective's tensors just after it returns, and that takes the GIL: an
+    # interpreter already exiting would abort. A short sleep lets them finish first.
+    time.sleep(0.1)
+    return diff.item()
+
+
 def resolve_defaults(args: Args) -> bool:
     """Fill the defaults chosen by the action space, check every value; returns whether actions are discrete."""
     check(args.env_backend == "torch", "PPO on gymnasium envs is algos/ppo.py; here --env-backend is torch")
@@ -413,18 +428,7 @@ def main(args: Args) -> dict:
                                          *((None, None) if discrete else (space.low, space.high)))
             export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo.pt2"))
         envs.close()
-        extra = {}
-        if completed and world > 1:  # 0: the ranks ended with identical parameters
-            flat = torch.cat([p.detach().flatten() for p in params])
-            reference = flat.clone()
-            dist.broadcast(reference, 0)
-            diff = (flat - reference).abs().max()
-            dist.all_reduce(diff, op=dist.ReduceOp.MAX)
-            extra["rank_param_max_diff"] = diff.item()
-            dist.destroy_process_group()
-            # gloo's threads drop their last collective's tensors just after it returns, and that takes the GIL:
-            # an interpreter already exiting would abort. A short sleep lets them finish first.
-            time.sleep(0.1)
+        extra = {"rank_param_max_diff": leave_distributed(params)} if completed and world > 1 else {}
         summary = logger.close(run_dir=logger.dir, **extra) if logger else {"run_dir": None, **extra}
     return summary
 

@@ -112,16 +112,15 @@ def measure(args: Args, script_argv: list[str]) -> dict:
     watch = Watch()
     ExecutionPath.capture = lambda path, fn: watch.capture(path, fn)
     RunLogger.progress = lambda logger, step: watch.progress(logger, step)
-    window_steps = [1000]
     try:
         script_args = tyro.cli(script.Args, args=script_argv)
         summary = script.main(script_args)
-        window_steps[0] = max(script_args.total_timesteps // 50, 1000)
     except UserError as err:
         raise SystemExit(f"error: {err}") from None
     finally:
         ExecutionPath.capture, RunLogger.progress = Watch.original_capture, Watch.original_progress
-    record = {**watch.result(window_steps[0]), "floor_us": watch.floor_us(), "summary": summary}
+    window_steps = max(script_args.total_timesteps // 50, 1000)  # the run's own windows (RunLogger)
+    record = {**watch.result(window_steps), "floor_us": watch.floor_us(), "summary": summary}
     with open(args.out, "w") as f:
         json.dump(record, f, indent=1)
     return record
