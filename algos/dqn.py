@@ -100,7 +100,7 @@ def main(args: Args) -> dict:
     envs = make_env(args.env_id, args.num_envs, args.seed, action="discrete", algo="DQN",
                     capture_video=args.capture_video, video_dir=os.path.join(args.runs_dir, "videos"),
                     backend=args.env_backend, device=str(device))
-    logger = RunLogger(args, "dqn", args.total_timesteps, run_root=args.runs_dir)
+    logger = RunLogger(args, "dqn", args.total_timesteps, device, run_root=args.runs_dir)
     n_envs, obs_dim = args.num_envs, envs.single_observation_space.shape[0]
     n_actions = int(envs.single_action_space.n)
 
@@ -167,7 +167,7 @@ def main(args: Args) -> dict:
     # TRY NOT TO MODIFY: episodes, checkpoints and resume
     episodes = track_episodes(args.env_backend, n_envs, device)
     checkpoints = Checkpoints(
-        args, logger.dir, "dqn", same=("env_id", "num_envs", "buffer_size", "total_timesteps"),
+        args, logger.dir, "dqn",
         modules={"q_network": q_network, "target_network": target_network, "optimizer": optimizer,
                  "episodes": episodes},
         tensors={"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,
@@ -209,13 +209,16 @@ def main(args: Args) -> dict:
             next_iteration = iteration + 1
             if checkpoints.due(global_step, n_envs):
                 checkpoints.save_periodic(envs, link, counters())
-        logger.log_episodes(global_step, episodes.read())  # any held back
-    finally:
+            if logger.stop.requested:  # Ctrl-C or a non-finite loss: stop where an iteration ends
+                break
+        if not logger.stop.requested:  # a stopped run's stay in its checkpoint, for the resumed run to log
+            logger.log_episodes(global_step, episodes.read())  # any held back
         if args.save_model:
             checkpoints.save("dqn.pt", envs, link, counters())
             export_policy(GreedyPolicy(q_network), obs_dim, os.path.join(logger.dir, "dqn.pt2"))
+    finally:
         envs.close()
-        summary = logger.close(run_dir=logger.dir, updates=updates)
+        summary = logger.close(checkpoint=checkpoints.last, updates=updates)
     return summary
 
 

@@ -176,6 +176,7 @@ def resolve_defaults(args: Args) -> bool:
           f"--num-minibatches {args.num_minibatches} must divide num-envs x num-steps = {batch}")
     check(0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1, "--gamma must be in (0, 1], --gae-lambda in [0, 1]")
     check(args.clip_coef > 0 and args.max_grad_norm > 0, "--clip-coef and --max-grad-norm must be positive")
+    check(args.ent_coef >= 0 and args.vf_coef >= 0, "--ent-coef and --vf-coef must be >= 0")
     check(args.total_timesteps >= batch,
           f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
     return discrete
@@ -192,7 +193,7 @@ def main(args: Args) -> dict:
     obs_space, space = envs.single_observation_space, envs.single_action_space
     check(isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1,
           f"PPO here takes flat Box observations but {args.env_id} has {obs_space}; pick e.g. CartPole-v1")
-    logger = RunLogger(args, "ppo", args.total_timesteps, run_root=args.runs_dir)
+    logger = RunLogger(args, "ppo", args.total_timesteps, device, run_root=args.runs_dir)
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, obs_space.shape[0]
     batch_size = n_envs * num_steps
     minibatch_size = batch_size // args.num_minibatches
@@ -330,7 +331,7 @@ def main(args: Args) -> dict:
     # TRY NOT TO MODIFY: episodes, checkpoints and resume
     episodes = track_episodes("gymnasium", n_envs, device)
     checkpoints = Checkpoints(
-        args, logger.dir, "ppo", same=("env_id", "num_envs", "num_steps", "total_timesteps"),
+        args, logger.dir, "ppo",
         modules={"agent": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": return_rms},
         tensors={"discounted_return": discounted_return, "step_index": step_index, "noise": noise})
     start_iteration, global_step = 0, 0
@@ -370,14 +371,16 @@ def main(args: Args) -> dict:
             next_iteration = iteration + 1
             if checkpoints.due(global_step, batch_size):
                 checkpoints.save_periodic(envs, link, counters())
-    finally:
+            if logger.stop.requested:  # Ctrl-C or a non-finite loss: stop where an iteration ends, not mid-rollout
+                break
         if args.save_model:
             checkpoints.save("ppo.pt", envs, link, counters())
             policy = DeterministicPolicy(agent, obs_rms if args.normalize else None,
                                          *((None, None) if discrete else (space.low, space.high)))
             export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo.pt2"))
+    finally:
         envs.close()
-        summary = logger.close(run_dir=logger.dir)
+        summary = logger.close(checkpoint=checkpoints.last)
     return summary
 
 

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 from turborl.checkpoints import Checkpoints, export_policy
-from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
+from turborl.cli import GracefulStop, RunArgs, check, check_run_args, cli, pick_device, seed_everything
 from turborl.envs import EnvStep, action_space, make_env, track_episodes
 from turborl.logger import RunLogger
 from turborl.numerics import RunningMeanStd, reverse_scan
@@ -207,6 +207,7 @@ def resolve_defaults(args: Args) -> bool:
           f"--num-minibatches {args.num_minibatches} must divide num-envs x num-steps = {batch}")
     check(0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1, "--gamma must be in (0, 1], --gae-lambda in [0, 1]")
     check(args.clip_coef > 0 and args.max_grad_norm > 0, "--clip-coef and --max-grad-norm must be positive")
+    check(args.ent_coef >= 0 and args.vf_coef >= 0, "--ent-coef and --vf-coef must be >= 0")
     check(args.total_timesteps >= batch,
           f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
     return discrete
@@ -221,7 +222,7 @@ def main(args: Args) -> dict:
     torch.set_float32_matmul_precision("high" if args.tf32 else "highest")
     seed_everything(args.seed + rank)
     envs = make_env(args.env_id, args.num_envs, args.seed + rank, algo="PPO", backend="torch", device=str(device))
-    logger = RunLogger(args, "ppo", args.total_timesteps, run_root=args.runs_dir) if rank == 0 else None
+    logger = RunLogger(args, "ppo", args.total_timesteps, device, run_root=args.runs_dir) if rank == 0 else None
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, envs.single_observation_space.shape[0]
     batch_size = n_envs * num_steps
     minibatch_size = batch_size // args.num_minibatches
@@ -364,7 +365,7 @@ def main(args: Args) -> dict:
 
     # TRY NOT TO MODIFY: checkpoints and resume
     checkpoints = Checkpoints(
-        args, logger.dir if logger else "", "ppo", same=("env_id", "num_envs", "num_steps", "total_timesteps"),
+        args, logger.dir if logger else "", "ppo",
         modules={"agent": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": return_rms,
                  "episodes": episodes},
         tensors={"obs": obs, "discounted_return": discounted_return, "noise": noise})
@@ -383,17 +384,22 @@ def main(args: Args) -> dict:
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "recent_returns": list(recent_returns)}
 
-    def mean_recent_return() -> float:
-        """Of every rank's newest episodes (under torchrun a collective: every rank calls it at the same point)."""
-        totals = torch.tensor([float(sum(recent_returns)), float(len(recent_returns))], dtype=torch.float64)
+    stop = logger.stop if logger else GracefulStop()  # torchrun passes Ctrl-C to every rank
+
+    def mean_recent_return_and_stop() -> tuple[float, bool]:
+        """The mean return of every rank's newest episodes, and whether any rank stops (Ctrl-C, a non-finite
+        loss); under torchrun a collective: every rank calls it at the same point and gets the same answer."""
+        totals = torch.tensor([float(sum(recent_returns)), float(len(recent_returns)), float(stop.requested)],
+                              dtype=torch.float64)
         if world > 1:
             totals = totals.to(device)
             dist.all_reduce(totals)
-        return (totals[0] / totals[1]).item() if totals[1] > 0 else float("nan")
+        mean_return = (totals[0] / totals[1]).item() if totals[1] > 0 else float("nan")
+        return mean_return, bool(totals[2] > 0)
 
     num_iterations = args.total_timesteps // (batch_size * world)  # the budget counts every rank's steps
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
-    next_iteration, completed = start_iteration, False
+    next_iteration, completed, stopping = start_iteration, False, False
     try:
         for iteration in range(start_iteration, num_iterations):
             if args.anneal_lr:
@@ -403,33 +409,38 @@ def main(args: Args) -> dict:
             episodes.copy()
             recent_returns.extend(episodic_return for episodic_return, _ in finished)
             global_step += batch_size * world
-            mean_return = mean_recent_return()
+            next_iteration = iteration + 1
             if logger:
                 logger.log_episodes(global_step, finished)
                 logger.progress(global_step)
                 if iteration % log_interval == 0:
                     logger.log(global_step, learning_rate=lr.item(), **dict(zip(metric_names, metrics.tolist(),
-                               strict=True)), **({"mean_return_all_ranks": mean_return} if world > 1 else {}))
+                               strict=True)))
+            mean_return, stopping = mean_recent_return_and_stop()  # the same answers on every rank
+            if world > 1 and logger and iteration % log_interval == 0:
+                logger.log(global_step, mean_return_all_ranks=mean_return)
             if (args.stop_at_return is not None and len(recent_returns) == recent_returns.maxlen
-                    and mean_return >= args.stop_at_return):  # the same decision on every rank
+                    and mean_return >= args.stop_at_return):
                 if logger:
                     logger.log(global_step, solved_seconds=logger.elapsed())
                 break
-            next_iteration = iteration + 1
             if logger and checkpoints.due(global_step, batch_size * world):
                 checkpoints.save_periodic(envs, None, counters())
-        if logger:
+            if stopping:  # Ctrl-C or a non-finite loss on any rank: every rank stops here
+                break
+        if logger and not stopping:  # a stopped run's stay in its checkpoint, for the resumed run to log
             logger.log_episodes(global_step, episodes.read())  # the last iteration's
-        completed = True
-    finally:
         if args.save_model and logger:
             checkpoints.save("ppo.pt", envs, None, counters())
             policy = DeterministicPolicy(agent, obs_rms if args.normalize else None,
                                          *((None, None) if discrete else (space.low, space.high)))
             export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo.pt2"))
+        completed = True
+    finally:
+        stop.restore()
         envs.close()
         extra = {"rank_param_max_diff": leave_distributed(params)} if completed and world > 1 else {}
-        summary = logger.close(run_dir=logger.dir, **extra) if logger else {"run_dir": None, **extra}
+        summary = logger.close(checkpoint=checkpoints.last, **extra) if logger else {"run_dir": None, **extra}
     return summary
 
 

@@ -150,7 +150,7 @@ def main(args: Args) -> dict:
     envs = make_env(args.env_id, args.num_envs, args.seed, action="continuous", algo="SAC",
                     capture_video=args.capture_video, video_dir=os.path.join(args.runs_dir, "videos"),
                     backend=args.env_backend, device=str(device))
-    logger = RunLogger(args, "sac", args.total_timesteps, run_root=args.runs_dir)
+    logger = RunLogger(args, "sac", args.total_timesteps, device, run_root=args.runs_dir)
     n_envs = args.num_envs
     obs_dim, action_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
     low, high = envs.single_action_space.low, envs.single_action_space.high
@@ -254,7 +254,7 @@ def main(args: Args) -> dict:
     # TRY NOT TO MODIFY: episodes, checkpoints and resume
     episodes = track_episodes(args.env_backend, n_envs, device)
     checkpoints = Checkpoints(
-        args, logger.dir, "sac", same=("env_id", "num_envs", "buffer_size", "total_timesteps"),
+        args, logger.dir, "sac",
         modules={"actor": actor, "qf": qf, "qf_target": qf_target, "q_optimizer": q_optimizer,
                  "actor_optimizer": actor_optimizer, "a_optimizer": a_optimizer, "episodes": episodes},
         tensors={"rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps, "obs": obs, "action": action,
@@ -298,13 +298,16 @@ def main(args: Args) -> dict:
             next_iteration = iteration + 1
             if checkpoints.due(global_step, n_envs):
                 checkpoints.save_periodic(envs, link, counters())
-        logger.log_episodes(global_step, episodes.read())  # any held back
-    finally:
+            if logger.stop.requested:  # Ctrl-C or a non-finite loss: stop where an iteration ends
+                break
+        if not logger.stop.requested:  # a stopped run's stay in its checkpoint, for the resumed run to log
+            logger.log_episodes(global_step, episodes.read())  # any held back
         if args.save_model:
             checkpoints.save("sac.pt", envs, link, counters())
             export_policy(MeanPolicy(actor), obs_dim, os.path.join(logger.dir, "sac.pt2"))
+    finally:
         envs.close()
-        summary = logger.close(run_dir=logger.dir, updates=updates)
+        summary = logger.close(checkpoint=checkpoints.last, updates=updates)
     return summary
 
 

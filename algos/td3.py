@@ -94,6 +94,8 @@ def check_args(args: Args) -> None:
     check(args.policy_frequency >= 1, f"--policy-frequency must be >= 1 (got {args.policy_frequency})")
     check(0 < args.tau <= 1, f"--tau must be in (0, 1] (got {args.tau})")
     check(args.learning_rate > 0, f"--learning-rate must be positive (got {args.learning_rate})")
+    check(min(args.exploration_noise, args.policy_noise, args.noise_clip) >= 0,
+          "--exploration-noise, --policy-noise and --noise-clip must be >= 0")
 
 
 def main(args: Args) -> dict:
@@ -105,7 +107,7 @@ def main(args: Args) -> dict:
     envs = make_env(args.env_id, args.num_envs, args.seed, action="continuous", algo="TD3",
                     capture_video=args.capture_video, video_dir=os.path.join(args.runs_dir, "videos"),
                     backend=args.env_backend, device=str(device))
-    logger = RunLogger(args, "td3", args.total_timesteps, run_root=args.runs_dir)
+    logger = RunLogger(args, "td3", args.total_timesteps, device, run_root=args.runs_dir)
     n_envs = args.num_envs
     obs_dim, action_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
     low, high = envs.single_action_space.low, envs.single_action_space.high
@@ -196,7 +198,7 @@ def main(args: Args) -> dict:
     # TRY NOT TO MODIFY: episodes, checkpoints and resume
     episodes = track_episodes(args.env_backend, n_envs, device)
     checkpoints = Checkpoints(
-        args, logger.dir, "td3", same=("env_id", "num_envs", "buffer_size", "total_timesteps"),
+        args, logger.dir, "td3",
         modules={"actor": actor, "qf1": qf1, "qf2": qf2, "target_actor": target_actor, "qf1_target": qf1_target,
                  "qf2_target": qf2_target, "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer,
                  "episodes": episodes},
@@ -237,13 +239,16 @@ def main(args: Args) -> dict:
             next_iteration = iteration + 1
             if checkpoints.due(global_step, n_envs):
                 checkpoints.save_periodic(envs, link, counters())
-        logger.log_episodes(global_step, episodes.read())  # any held back
-    finally:
+            if logger.stop.requested:  # Ctrl-C or a non-finite loss: stop where an iteration ends
+                break
+        if not logger.stop.requested:  # a stopped run's stay in its checkpoint, for the resumed run to log
+            logger.log_episodes(global_step, episodes.read())  # any held back
         if args.save_model:
             checkpoints.save("td3.pt", envs, link, counters())
             export_policy(actor, obs_dim, os.path.join(logger.dir, "td3.pt2"))  # deterministic: no noise
+    finally:
         envs.close()
-        summary = logger.close(run_dir=logger.dir, updates=updates)
+        summary = logger.close(checkpoint=checkpoints.last, updates=updates)
     return summary
 
 

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import pickle
 import random
+import sys
 
 import numpy as np
 import torch
@@ -22,19 +23,20 @@ class Checkpoints:
     to `replay_size` rows. The envs are pickled whole where they can be, with the RNG states and the envs' last
     answer (`link`, an EnvLink; None where the script keeps that in `tensors`), so on CPU a resumed run logs
     exactly what the uninterrupted run logs. `counters` (the
-    loop's host-side numbers, with at least `global_step`) go in on save and come back from `resume`. `same`:
-    the flags a resumed run must share with the saved one.
+    loop's host-side numbers, with at least `global_step`) go in on save and come back from `resume`. The
+    scripts save only where an iteration ends, so every checkpoint resumes. `last`: the newest one written.
     """
 
-    def __init__(self, args, run_dir: str, algo: str, modules: dict, tensors: dict, same: tuple[str, ...],
+    def __init__(self, args, run_dir: str, algo: str, modules: dict, tensors: dict,
                  replay: dict | None = None, replay_size: torch.Tensor | None = None):
-        self.args, self.run_dir, self.algo, self.same = args, run_dir, algo, same
+        self.args, self.run_dir, self.algo = args, run_dir, algo
         self.modules, self.tensors, self.replay, self.replay_size = modules, tensors, replay or {}, replay_size
-        self.periodic = None
+        self.periodic: str | None = None
+        self.last: str | None = None
 
     def resume(self, envs, link) -> tuple[object, dict]:
         """Load `--resume` into this run; returns the envs to use (restored ones when saved) and the counters."""
-        saved = load_checkpoint(self.args.resume, self.args, self.same)
+        saved = load_checkpoint(self.args.resume, self.args)
         for name, module in self.modules.items():
             module.load_state_dict(saved[name])
         state = saved["resume"]
@@ -58,13 +60,22 @@ class Checkpoints:
         path = os.path.join(self.run_dir, name)
         state = {
             **{key: module.state_dict() for key, module in self.modules.items()},
-            "args": dataclasses.asdict(self.args), "global_step": counters["global_step"],
+            "script": script_of(self.args), "args": dataclasses.asdict(self.args),
+            "global_step": counters["global_step"],
             "replay": {key: tensor[:size].cpu() for key, tensor in self.replay.items()},
             "resume": {"counters": counters, "link": link.state_dict() if link else None, "rng": rng_state(),
                        "envs": env_state(envs),
                        "tensors": {key: tensor.detach().cpu() for key, tensor in self.tensors.items()}}}
-        torch.save(state, path + ".tmp")  # then rename: a crash mid-write never leaves a truncated checkpoint
-        os.replace(path + ".tmp", path)
+        try:  # to a temporary name, then renamed: a checkpoint is whole or absent
+            torch.save(state, path + ".tmp")
+            os.replace(path + ".tmp", path)
+        except (OSError, RuntimeError) as err:  # torch's writer raises RuntimeError on a full disk
+            if os.path.exists(path + ".tmp"):
+                os.remove(path + ".tmp")
+            earlier = f"; the last whole one is {self.last}" if self.last else ""
+            raise UserError(f"cannot write the checkpoint {path} ({write_failure(err)}); free space or pick "
+                            f"another --runs-dir{earlier}") from None
+        self.last = path
         return path
 
     def due(self, step: int, advanced: int) -> bool:
@@ -80,18 +91,36 @@ class Checkpoints:
         self.periodic = path
 
 
-def load_checkpoint(path: str, args, same: tuple[str, ...]) -> dict:
-    """A checkpoint to resume from, checked against this run's flags `same` (one-line errors, exit 2)."""
-    check(os.path.exists(path), f"--resume {path}: no such file; pass a checkpoint written with --save-model")
+# Flags that change how a run executes or reports, not what it computes: free to differ on --resume.
+FREE_ON_RESUME = {"cuda", "compile", "cudagraphs", "max_autotune", "inductor", "log_every", "save_model",
+                  "checkpoint_every", "resume", "runs_dir", "track", "wandb_project", "wandb_entity",
+                  "capture_video", "async_envs"}
+
+
+def script_of(args) -> str:
+    """The script whose `Args` these are, e.g. `td3.py`."""
+    return os.path.basename(sys.modules[type(args).__module__].__file__)
+
+
+def load_checkpoint(path: str, args, mmap: bool = False) -> dict:
+    """A checkpoint to resume from, checked against this run's script and flags (one-line errors, exit 2);
+    `mmap`: tensors stay on disk until read (a cheap check of a checkpoint with a large replay buffer)."""
+    check(os.path.isfile(path), f"--resume {path}: no such file; pass a checkpoint written with --save-model")
     try:
-        saved = torch.load(path, map_location="cpu", weights_only=False)
+        saved = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
     except Exception:
         raise UserError(f"--resume {path}: not a readable checkpoint (truncated or not from --save-model)") from None
-    check(isinstance(saved, dict) and "resume" in saved, f"--resume {path}: this checkpoint has no resume state")
-    for name in same:
-        check(saved["args"][name] == getattr(args, name),
-              f"--resume {path}: it was saved with --{name.replace('_', '-')} {saved['args'][name]}, "
-              f"not {getattr(args, name)}; pass the same flags")
+    check(isinstance(saved, dict) and "resume" in saved and "script" in saved,
+          f"--resume {path}: not a checkpoint of --save-model (no resume state)")
+    script = script_of(args)
+    check(saved["script"] == script, f"--resume {path}: saved by algos/{saved['script']}, not {script}; resume it "
+                                     f"with python algos/{saved['script']} --resume {path}")
+    now = dataclasses.asdict(args)
+    changed = [name for name in sorted(set(now) | set(saved["args"]))
+               if name not in FREE_ON_RESUME and saved["args"].get(name) != now.get(name)]
+    check(not changed, f"--resume {path}: saved with " + ", ".join(
+        f"--{name.replace('_', '-')} {saved['args'].get(name)} (not {now.get(name)})" for name in changed)
+        + "; pass the saved flags (the run folder's args.json has them all)")
     return saved
 
 
@@ -127,6 +156,17 @@ def export_policy(policy: torch.nn.Module, obs_dim: int, path: str) -> str:
     with torch.no_grad():
         program = torch.export.export(module, (torch.zeros(2, obs_dim),), dynamic_shapes=({0: batch},))
     partial = os.path.splitext(path)[0] + ".partial.pt2"  # torch.export warns on a name not ending in .pt2
-    torch.export.save(program, partial)
-    os.replace(partial, path)
+    try:
+        torch.export.save(program, partial)
+        os.replace(partial, path)
+    except (OSError, RuntimeError) as err:
+        if os.path.exists(partial):
+            os.remove(partial)
+        raise UserError(f"cannot write the policy {path} ({write_failure(err)}); free space or pick another "
+                        "--runs-dir") from None
     return path
+
+
+def write_failure(err: Exception) -> str:
+    """Why a write failed, in words: torch's writer reports a full disk as a RuntimeError about positions."""
+    return err.strerror if isinstance(err, OSError) and err.strerror else "the write failed: disk full?"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -55,11 +57,8 @@ class RunArgs:
 
 
 class UserError(Exception):
-    """A mistake in the user's input: reported as one line, exit code 2, no traceback."""
-
-
-class TrainingStopped(Exception):
-    """The run stopped itself (a loss became NaN or infinite): metrics and checkpoint are kept; exit code 3."""
+    """A mistake in the user's input, or a runs folder that cannot be written (read-only, full): reported as one
+    line, exit code 2, no traceback."""
 
 
 def check(condition: bool, message: str) -> None:
@@ -68,39 +67,84 @@ def check(condition: bool, message: str) -> None:
         raise UserError(message)
 
 
-def cli(main: Callable[[T], object], args_type: type[T], argv: list[str] | None = None) -> None:
+class GracefulStop:
+    """Ctrl-C and a non-finite loss end the training loop at the end of an iteration, where the run's state is
+    whole: its checkpoint resumes like any other. A second Ctrl-C quits at once, without a final checkpoint
+    (the last periodic one stays). `reason`: None while the run goes on, else what the loop stops for."""
+
+    EXIT_CODES = {"interrupted": 130, "stopped": 3}
+
+    def __init__(self):
+        self.reason: str | None = None
+        self.message = ""
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_interrupt)
+
+    @property
+    def requested(self) -> bool:
+        return self.reason is not None
+
+    def request(self, reason: str, message: str) -> None:
+        if self.reason is None:
+            self.reason, self.message = reason, message
+
+    def _on_interrupt(self, signum, frame) -> None:
+        if self.reason == "interrupted":
+            raise KeyboardInterrupt
+        self.request("interrupted", "interrupted")
+        print("\nstopping at the end of this iteration (Ctrl-C again: quit now, without a final checkpoint)",
+              file=sys.stderr, flush=True)
+
+    def restore(self) -> None:
+        """Give Ctrl-C back to Python (after the loop)."""
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+
+def cli(main: Callable[[T], dict | None], args_type: type[T], argv: list[str] | None = None) -> None:
     """Parse `args_type` with tyro and run `main`. One line and an exit code instead of a traceback for user
-    errors (2), a run that stopped itself on a non-finite loss (3) and Ctrl-C (130)."""
+    errors (2), a run that stopped itself on a non-finite loss (3) and Ctrl-C (130); `main` returns the run's
+    summary, whose `status` says how the loop ended."""
     import tyro
 
     args = tyro.cli(args_type, args=argv, description=(sys.modules[main.__module__].__doc__ or "").strip())
     try:
-        main(args)
+        summary = main(args) or {}
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    except TrainingStopped as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(3) from None
-    except KeyboardInterrupt:
-        print("interrupted: the run folder keeps the metrics (and, with --save-model, the checkpoint)",
-              file=sys.stderr)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside the loop
+        print("interrupted: the run folder keeps the metrics and the last periodic checkpoint", file=sys.stderr)
         raise SystemExit(130) from None
+    code = GracefulStop.EXIT_CODES.get(summary.get("status"))
+    if code is not None:
+        raise SystemExit(code)
 
 
 def check_run_args(args: RunArgs) -> None:
     """The checks of every flag that more than one script has; each script checks its own hyperparameters."""
+    from .checkpoints import load_checkpoint
     from .paths import inductor_options
 
     for name in ("total_timesteps", "num_envs"):
         value = getattr(args, name, None)
         check(value is None or value > 0, f"--{name.replace('_', '-')} must be positive (got {value})")
+    seed, gamma, starts = (getattr(args, name, None) for name in ("seed", "gamma", "learning_starts"))
+    check(seed is None or 0 <= seed < 2**32, f"--seed must be in [0, 2**32) (got {seed})")
+    check(gamma is None or 0 < gamma <= 1, f"--gamma must be in (0, 1] (got {gamma})")
+    check(starts is None or starts < args.total_timesteps,
+          f"--total-timesteps {args.total_timesteps} ends before learning starts (--learning-starts {starts}): "
+          "the run would train nothing; raise --total-timesteps or lower --learning-starts")
     check(args.log_every >= 1, f"--log-every must be >= 1 (got {args.log_every})")
     check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
     check(args.checkpoint_every == 0 or args.save_model, "--checkpoint-every needs --save-model")
     check(args.env_backend in ("gymnasium", "torch"),
           f"--env-backend must be gymnasium or torch (got {args.env_backend!r})")
     inductor_options(args)  # --max-autotune / --inductor: checked here, before anything is built
+    if args.resume:  # a checkpoint of another script or other flags fails here, before a run folder exists
+        load_checkpoint(args.resume, args, mmap=True)
 
 
 def pick_device(cuda: bool) -> torch.device:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 from typing import Literal, NamedTuple
 
 import gymnasium as gym
@@ -51,12 +53,19 @@ def make_env(
         return make
 
     vector_cls = gym.vector.AsyncVectorEnv if asynchronous else gym.vector.SyncVectorEnv
+    # Env subprocesses ignore Ctrl-C (inherited at start): a terminal sends it to all of them, and the run's
+    # own process must stop where an iteration ends, with its envs still alive.
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if asynchronous and in_main_thread else None
     try:
         # copy=False: the observations a step returns are the env's own buffer, valid until the next step;
         # every script copies them out at once (EnvLink.send), so a defensive copy per step buys nothing.
         envs = vector_cls([thunk(i) for i in range(num_envs)], autoreset_mode=mode, copy=False)
     except gym.error.DependencyNotInstalled as err:
         raise _missing_extra(env_id, err) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     _check_action_space(envs, env_id, action, algo)
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
     envs.action_space.seed(seed)

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from collections import deque
 
-from .cli import TrainingStopped, UserError
+from .cli import GracefulStop, UserError
 
 
 class RunLogger:
     """Everything a run reports goes through here.
 
-    - `runs/{env}__{algo}__{seed}__{time}/`: `args.json`, `metrics.csv` (long format: step, seconds, name,
-      value; flushed as written so a run that dies keeps its metrics), `summary.json` at the end.
+    - `runs/{env}__{algo}__{seed}__{time}/`, created exclusively (`-2`, `-3`... when runs start in the same
+      second): `args.json` (the flags and the device used), `metrics.csv` (long format: step, seconds, name,
+      value; whole rows flushed as written, so a run that dies keeps its metrics), `summary.json` at the end
+      (strict JSON: a value that does not exist, like the mean return of no episodes, is null).
+    - `stop`: the loop's GracefulStop; a non-finite loss asks it to stop too.
     - A tqdm bar (plain lines every `print_every` seconds when stderr is not a terminal) with steps/s and the
       mean return of the last 20 episodes.
     - Steps/s of each window of `window_steps` steps, logged as `sps` (the first windows include compiling
@@ -26,16 +31,21 @@ class RunLogger:
     - wandb only with `track=True` (WANDB_MODE=offline works without network).
     """
 
-    def __init__(self, args, algo: str, total_steps: int, run_root: str = "runs", print_every: float = 10.0):
-        self.run_name = f"{args.env_id}__{algo}__{args.seed}__{int(time.time())}"
-        self.dir = os.path.join(run_root, self.run_name)
-        os.makedirs(self.dir, exist_ok=True)
+    def __init__(self, args, algo: str, total_steps: int, device, run_root: str = "runs",
+                 print_every: float = 10.0):
+        self.dir = make_run_dir(run_root, f"{args.env_id}__{algo}__{args.seed}__{int(time.time())}")
+        self.run_name = os.path.basename(self.dir)
         self.args = dataclasses.asdict(args)
-        with open(os.path.join(self.dir, "args.json"), "w") as f:
-            json.dump(self.args, f, indent=2, default=str)
-        self._csv_file = open(os.path.join(self.dir, "metrics.csv"), "w", newline="")
-        self._csv = csv.writer(self._csv_file)
-        self._csv.writerow(["step", "seconds", "name", "value"])
+        self._csv_path = os.path.join(self.dir, "metrics.csv")
+        try:
+            write_json(os.path.join(self.dir, "args.json"), {**self.args, "device": str(device)})
+            self._csv_file = open(self._csv_path, "w", newline="")
+        except OSError as err:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise UserError(f"cannot write into {self.dir} ({err.strerror}); pass a writable --runs-dir") from None
+        self._csv_size = 0  # bytes of whole rows written: a failed write is cut back to this
+        self._write_rows([["step", "seconds", "name", "value"]])
+        self.stop = GracefulStop()
         self.start = time.perf_counter()
         self.total_steps = total_steps
         self.returns: deque[float] = deque(maxlen=20)
@@ -57,26 +67,25 @@ class RunLogger:
         self._wandb = None
         if getattr(args, "track", False):
             try:
-                import wandb
-            except ImportError:
-                raise UserError("--track needs wandb: pip install -e '.[track]' (or drop --track)") from None
-            self._wandb = wandb.init(
-                project=getattr(args, "wandb_project", "turborl"),
-                entity=getattr(args, "wandb_entity", None),
-                name=self.run_name,
-                config=self.args,
-                dir=self.dir,
-            )
+                self._wandb = start_wandb(args, self.run_name, self.args, self.dir)
+            except BaseException:
+                self._bar and self._bar.close()
+                self._csv_file.close()
+                self.stop.restore()
+                shutil.rmtree(self.dir, ignore_errors=True)  # a run that never started leaves no folder
+                raise
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
     def log(self, step: int, **metrics: float) -> None:
+        """Record metrics; a loss that is NaN or infinite asks the loop to stop (exit code 3)."""
         self._write(step, [metrics])
         for name, value in metrics.items():
             if name.endswith("loss") and not math.isfinite(value):
-                raise TrainingStopped(f"{name} became {value} at step {step}; lower the learning rate or check the "
-                                      f"rewards (metrics and, with --save-model, a checkpoint are in {self.dir})")
+                self.stop.request("stopped", f"{name} became {value} at step {step}; lower the learning rate or "
+                                             f"check the rewards (metrics and, with --save-model, a checkpoint are "
+                                             f"in {self.dir})")
 
     def log_episodes(self, step: int, finished: list[tuple[float, int]]) -> None:
         """The (return, length) of each episode that ended by `step`: one write and flush for all of them
@@ -90,12 +99,23 @@ class RunLogger:
     def _write(self, step: int, records: list[dict]) -> None:
         """Rows of the metrics CSV (and wandb records), flushed once."""
         seconds = round(self.elapsed(), 4)
-        self._csv.writerows([step, seconds, name, float(value)]
-                            for metrics in records for name, value in metrics.items())
+        self._write_rows([step, seconds, name, float(value)] for metrics in records for name, value in metrics.items())
         if self._wandb is not None:
             for metrics in records:
                 self._wandb.log(metrics, step=step)
-        self._csv_file.flush()
+
+    def _write_rows(self, rows) -> None:
+        """Append whole CSV rows: on a failed write (disk full) the file is cut back to its last whole row."""
+        text = io.StringIO()
+        csv.writer(text).writerows(rows)
+        try:
+            self._csv_file.write(text.getvalue())
+            self._csv_file.flush()
+            self._csv_size = self._csv_file.tell()
+        except OSError as err:
+            self._csv_file = _discard(self._csv_file, self._csv_path, self._csv_size)
+            raise UserError(f"cannot write {self._csv_path} ({err.strerror}); free space or pick another "
+                            "--runs-dir, then --resume from the run's last checkpoint") from None
 
     def mean_return(self) -> float:
         return sum(self.returns) / len(self.returns) if self.returns else float("nan")
@@ -128,30 +148,124 @@ class RunLogger:
         """The last window's speed, once there is one."""
         return self._window_sps if self._window_sps == self._window_sps else self._step / max(now - self.start, 1e-9)
 
-    def close(self, **extra) -> dict:
-        """Write summary.json (steps, time, returns) and close everything; returns the summary."""
+    def close(self, checkpoint: str | None = None, **extra) -> dict:
+        """Write summary.json and close everything; returns the summary. Its `status`: done, interrupted
+        (Ctrl-C), stopped (a non-finite loss) or failed (an exception is on its way out: the caller reports it)."""
+        self.stop.restore()
+        error = sys.exc_info()[0]
+        failed = error is not None
         first_step, first_time = self._first_progress
         trained, seconds = self._step - first_step, self._progress_time - first_time
         summary = {
+            "status": ("interrupted" if error is KeyboardInterrupt else "failed") if failed
+            else self.stop.reason or "done",
             "steps": self._step,
             "wall_seconds": self.elapsed(),
             "sps": trained / seconds if seconds > 0 else 0.0,  # from the first iteration's end to the last's
             "episodes": self.episodes,
             "mean_return_last20": self.mean_return(),
+            "checkpoint": checkpoint,
+            "run_dir": self.dir,
             **extra,
         }
-        with open(os.path.join(self.dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
         if self._bar is not None:
             self._bar.close()
         self._csv_file.close()
+        try:
+            write_json(os.path.join(self.dir, "summary.json"), summary)
+        except OSError as err:
+            if not failed:  # else the error on its way out is the one to report
+                raise UserError(f"cannot write {self.dir}/summary.json ({err.strerror}); free space") from None
         if self._wandb is not None:
             self._wandb.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float))})
-            self._wandb.finish()
-        print(
-            f"done: {self._step} steps in {summary['wall_seconds']:.1f}s ({summary['sps']:.0f} steps/s), "
-            f"return(last 20) {summary['mean_return_last20']:.1f}"
-            f"; run folder {self.dir}",
-            file=sys.stderr,
-        )
+            self._wandb.finish(exit_code=0 if summary["status"] == "done" else 1)
+        if not failed:
+            ret = summary["mean_return_last20"]
+            line = (f"{self._step} steps in {summary['wall_seconds']:.1f}s ({summary['sps']:.0f} steps/s), "
+                    f"return(last 20) {ret:.1f}" if ret == ret else "no episode ended")
+            resume = f"; continue with --resume {checkpoint}" if checkpoint and summary["status"] != "done" else ""
+            print({"done": "done: ", "interrupted": "interrupted at ", "stopped": "stopped at "}[summary["status"]]
+                  + f"{line}; run folder {self.dir}{resume}", file=sys.stderr)
+            if summary["status"] == "stopped":
+                print(f"error: {self.stop.message}", file=sys.stderr)
         return summary
+
+
+def make_run_dir(root: str, name: str) -> str:
+    """A new folder `root/name` (`name-2`, `name-3`... if taken: mkdir is atomic, so runs started in the same
+    second never share one)."""
+    try:
+        os.makedirs(root, exist_ok=True)
+        for attempt in range(1, 1000):
+            path = os.path.join(root, name if attempt == 1 else f"{name}-{attempt}")
+            try:
+                os.mkdir(path)
+                return path
+            except FileExistsError:
+                continue
+    except OSError as err:
+        raise UserError(f"--runs-dir {root}: cannot create a run folder there ({err.strerror}); "
+                        "pass a writable directory") from None
+    raise UserError(f"--runs-dir {root}: 999 runs named {name} already; pick another --runs-dir")
+
+
+def write_json(path: str, data: dict) -> None:
+    """Strict JSON (NaN and infinities become null), written whole or not at all."""
+    def strict(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {key: strict(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [strict(item) for item in value]
+        return value
+
+    try:
+        with open(path + ".tmp", "w") as f:
+            json.dump(strict(data), f, indent=2, allow_nan=False, default=str)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        if os.path.exists(path + ".tmp"):
+            os.remove(path + ".tmp")
+        raise
+
+
+def _discard(file, path: str, size: int):
+    """Close `file` after a failed write, cut back to `size` bytes; returns a sink that drops later writes."""
+    try:
+        file.close()
+    except OSError:
+        pass  # the buffered tail that did not fit is dropped with it
+    os.truncate(path, size)
+    return open(os.devnull, "w")
+
+
+def start_wandb(args, run_name: str, config: dict, run_dir: str):
+    """wandb.init, offline unless an account is configured: `--track` needs no network and no account (the
+    run is then synced later with `wandb sync`); WANDB_MODE, if set, decides."""
+    try:
+        import wandb
+    except ImportError:
+        raise UserError("--track needs wandb: pip install -e '.[track]' (or drop --track)") from None
+    mode = os.environ.get("WANDB_MODE") or ("online" if wandb_account() else "offline")
+    if mode == "offline" and "WANDB_MODE" not in os.environ:
+        print(f"wandb: no account configured (wandb login): logging offline into {run_dir}/wandb; "
+              "upload later with `wandb sync`", file=sys.stderr)
+    try:
+        return wandb.init(project=args.wandb_project, entity=args.wandb_entity, name=run_name, config=config,
+                          dir=run_dir, mode=mode)
+    except Exception as err:
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(f"--track: wandb could not start ({first_line}); set WANDB_MODE=offline to log "
+                        "without network") from None
+
+
+def wandb_account() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        import netrc
+
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False

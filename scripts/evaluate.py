@@ -25,7 +25,7 @@ from turborl.cli import UserError, check, cli
 @dataclass
 class Args:
     path: tyro.conf.Positional[str]
-    """the exported policy (.pt2) or the checkpoint (.pt) it was exported next to"""
+    """the exported policy (.pt2), the checkpoint (.pt) it was exported next to, or their run folder"""
     env_id: str | None = None
     """gymnasium id (default: the one in the run folder's args.json)"""
     episodes: int = 10
@@ -40,15 +40,15 @@ class Args:
 
 def main(args: Args) -> dict:
     check(args.episodes >= 1, f"--episodes must be >= 1 (got {args.episodes})")
-    path = args.path[:-3] + ".pt2" if args.path.endswith(".pt") else args.path
-    check(os.path.exists(path), f"no exported policy at {path}: train with --save-model, which writes it")
+    path = policy_path(args.path)
     folder = os.path.dirname(os.path.abspath(path))
-    env_id = args.env_id
-    if env_id is None:
-        config = os.path.join(folder, "args.json")
-        check(os.path.exists(config), f"no args.json next to {path}: pass --env-id")
+    config = os.path.join(folder, "args.json")
+    trained_on = None
+    if os.path.exists(config):
         with open(config) as f:
-            env_id = json.load(f)["env_id"]
+            trained_on = json.load(f).get("env_id")
+    env_id = args.env_id or trained_on
+    check(env_id is not None, f"no args.json next to {path} to say its env: pass --env-id")
     corrupt = f"cannot load {path}: not an exported policy (truncated?); re-export it by training with --save-model"
     check(zipfile.is_zipfile(path), corrupt)
     try:
@@ -64,6 +64,7 @@ def main(args: Args) -> dict:
         raise UserError(f"{env_id} or --capture-video needs an extra package: {err}") from None
     except gym.error.Error as err:
         raise UserError(f"cannot make {env_id!r} ({err}); pass a registered --env-id") from None
+    check_policy_fits(policy, env, path, env_id, trained_on)
     try:
         returns, lengths = run_episodes(policy, env, args)
     except gym.error.DependencyNotInstalled as err:  # rendering for --capture-video
@@ -77,6 +78,34 @@ def main(args: Args) -> dict:
     print(f"{env_id}: return {result['mean_return']:.1f} ± {result['std_return']:.1f} over {args.episodes} "
           f"episodes ({out})")
     return result
+
+
+def policy_path(path: str) -> str:
+    """The exported policy that `path` names: itself, the `.pt2` beside a checkpoint, or the one in a folder."""
+    if os.path.isdir(path):
+        found = sorted(name for name in os.listdir(path) if name.endswith(".pt2"))
+        check(len(found) == 1, f"{path} holds {len(found)} exported policies ({', '.join(found) or 'none'}): "
+                               "pass the .pt2 to evaluate" + ("" if found else ", or train with --save-model"))
+        return os.path.join(path, found[0])
+    path = path[:-3] + ".pt2" if path.endswith(".pt") else path
+    check(os.path.exists(path), f"no exported policy at {path}: train with --save-model, which writes it")
+    return path
+
+
+def check_policy_fits(policy, env, path: str, env_id: str, trained_on: str | None) -> None:
+    """One action on a sampled observation: an env whose observations or actions the policy does not fit is
+    an input error, not a failure halfway through an episode."""
+    obs_space, action_space = env.observation_space, env.action_space
+    hint = f"; it was trained on {trained_on}: pass --env-id {trained_on}" if trained_on else ""
+    try:
+        with torch.no_grad():
+            action = policy(torch.as_tensor(obs_space.sample(), dtype=torch.float32).unsqueeze(0))[0]
+    except Exception:  # torch.export's shape guards
+        raise UserError(f"{path} does not take {env_id}'s observations (shape {obs_space.shape}){hint}") from None
+    discrete = isinstance(action_space, gym.spaces.Discrete)
+    fits = (action.dim() == 0 and not action.is_floating_point() if discrete
+            else tuple(action.shape) == action_space.shape and action.is_floating_point())
+    check(fits, f"{path} does not give {env_id}'s actions ({action_space}){hint}")
 
 
 def run_episodes(policy, env, args: Args) -> tuple[list[float], list[int]]:

@@ -20,32 +20,63 @@ def run_dir_of(tmp_path, pattern="*"):
     return run_dir
 
 
-def test_nan_loss_stops_cleanly_and_keeps_metrics_and_checkpoint(tmp_path):
+def test_nan_loss_stops_cleanly_and_keeps_metrics_and_a_checkpoint_that_resumes(tmp_path):
     result = run_script("dqn", "--learning-rate", "inf", "--total-timesteps", "3000", "--learning-starts", "500",
-                        "--log-every", "1", "--save-model", "--runs-dir", str(tmp_path))
+                        "--log-every", "1", "--save-model", "--runs-dir", str(tmp_path / "a"))
     assert result.returncode == 3, result.stderr[-2000:]
     assert "Traceback" not in result.stderr and "error: td_loss became nan" in result.stderr
-    run_dir = run_dir_of(tmp_path)
-    assert os.path.exists(os.path.join(run_dir, "dqn.pt")) and os.path.exists(os.path.join(run_dir, "summary.json"))
+    assert "done:" not in result.stderr
+    run_dir = run_dir_of(tmp_path / "a")
+    checkpoint = os.path.join(run_dir, "dqn.pt")
+    assert read_json(os.path.join(run_dir, "summary.json"))["status"] == "stopped"
     assert len(metric(run_dir, "episodic_return")) > 5
+    # It resumes (and stops again: the weights are NaN), with one line, not a traceback.
+    result = run_script("dqn", "--learning-rate", "inf", "--total-timesteps", "3000", "--learning-starts", "500",
+                        "--log-every", "1", "--resume", checkpoint, "--runs-dir", str(tmp_path / "b"))
+    assert result.returncode == 3 and "Traceback" not in result.stderr, result.stderr[-2000:]
 
 
-def test_ctrl_c_stops_cleanly_and_keeps_metrics_and_checkpoint(tmp_path):
-    process = subprocess.Popen(
-        [sys.executable, os.path.join(ROOT, "algos", "dqn.py"), "--total-timesteps", "10000000", "--save-model",
-         "--learning-starts", "500", "--runs-dir", str(tmp_path)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def test_ctrl_c_mid_rollout_stops_at_the_iteration_end_with_a_checkpoint_that_resumes(tmp_path):
+    """PPO with long rollouts (2048 steps) and subprocess envs; Ctrl-C lands inside a rollout."""
+    flags = ["--env-id", "Acrobot-v1", "--num-envs", "2", "--async-envs", "True", "--num-steps", "2048",
+             "--total-timesteps", str(10 * 2 * 2048)]
+    process = subprocess.Popen([sys.executable, os.path.join(ROOT, "algos", "ppo.py"), *flags, "--save-model",
+                                "--runs-dir", str(tmp_path / "a")],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
-    while time.time() < deadline and not glob.glob(str(tmp_path / "*" / "metrics.csv")):
-        time.sleep(0.5)
-    time.sleep(5)  # some episodes and updates
+    while time.time() < deadline and process.poll() is None and not metric_rows(tmp_path / "a", "learning_rate"):
+        time.sleep(0.2)
+    time.sleep(0.5)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr[-2000:]
-    assert "Traceback" not in stderr and "interrupted" in stderr
-    run_dir = run_dir_of(tmp_path)
-    checkpoint = torch.load(os.path.join(run_dir, "dqn.pt"), weights_only=False)
-    assert checkpoint["global_step"] > 500 and os.path.exists(os.path.join(run_dir, "summary.json"))
+    assert "Traceback" not in stderr and "interrupted at" in stderr and "done:" not in stderr
+    run_dir = run_dir_of(tmp_path / "a")
+    checkpoint = os.path.join(run_dir, "ppo.pt")
+    saved = torch.load(checkpoint, weights_only=False)
+    assert saved["global_step"] % (2 * 2048) == 0 and saved["global_step"] >= 2 * 2 * 2048
+    summary = read_json(os.path.join(run_dir, "summary.json"))
+    assert summary["status"] == "interrupted" and summary["checkpoint"] == checkpoint
+    before = open(checkpoint, "rb").read()
+    assert saved["global_step"] < 10 * 2 * 2048
+    result = run_script("ppo", *flags, "--resume", checkpoint, "--save-model", "--runs-dir", str(tmp_path / "b"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert open(checkpoint, "rb").read() == before  # a resumed run writes into its own folder
+    resumed = read_json(os.path.join(run_dir_of(tmp_path / "b"), "summary.json"))
+    assert resumed["status"] == "done" and resumed["steps"] == 10 * 2 * 2048
+
+
+def metric_rows(runs_dir, name):
+    found = glob.glob(str(runs_dir / "*" / "metrics.csv"))
+    return found and metric(os.path.dirname(found[0]), name)
+
+
+def read_json(path):
+    """Strict JSON: NaN or Infinity in the file fail the test."""
+    def refuse(constant):
+        raise ValueError(f"{path} holds {constant}, which strict JSON parsers reject")
+    with open(path) as f:
+        return json.load(f, parse_constant=refuse)
 
 
 def test_exported_policies_reproduce_the_scripts_deterministic_actions(tmp_path):

@@ -1,11 +1,17 @@
-"""--resume: a run continued from a checkpoint logs exactly what the uninterrupted run logs (CPU)."""
+"""--resume: a run continued from a checkpoint logs exactly what the uninterrupted run logs (CPU), whatever wrote
+the checkpoint; a checkpoint resumes only in the script and with the flags that wrote it."""
 
 import glob
+import json
+import os
+import signal
 
 import pytest
+import torch
 
 from scripts.registry import TEST_RUNS
-from tests.helpers import assert_user_error, metrics_after, run_script
+from tests.helpers import assert_user_error, metrics_after, run_main, run_script
+from turborl.logger import RunLogger
 
 
 @pytest.mark.parametrize("case", list(TEST_RUNS))
@@ -25,6 +31,32 @@ def test_resumed_run_logs_what_the_uninterrupted_run_logs(tmp_path, case):
     assert metrics_after(str(tmp_path / "resumed"), step) == expected
 
 
+@pytest.mark.parametrize("case", list(TEST_RUNS))
+@pytest.mark.parametrize("fraction", [0.45, 0.7])
+def test_ctrl_c_anywhere_leaves_a_checkpoint_that_resumes_exactly(tmp_path, monkeypatch, case, fraction):
+    """Ctrl-C at a step inside an iteration (inside a PPO rollout): the run stops where that iteration ends, and
+    its checkpoint, resumed, logs what the uninterrupted run logs from there on."""
+    test_run = TEST_RUNS[case]
+    run_main(test_run.script, test_run.flags, str(tmp_path / "whole"))
+    total = int(test_run.flags[test_run.flags.index("--total-timesteps") + 1])
+    progress = RunLogger.progress
+
+    def progress_then_ctrl_c(logger, step):
+        progress(logger, step)
+        if step >= fraction * total and not logger.stop.requested:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(RunLogger, "progress", progress_then_ctrl_c)
+    interrupted = run_main(test_run.script, [*test_run.flags, "--save-model"], str(tmp_path / "interrupted"))
+    monkeypatch.setattr(RunLogger, "progress", progress)
+    with open(os.path.join(interrupted, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["status"] == "interrupted" and fraction * total <= summary["steps"] < total, summary
+    run_main(test_run.script, [*test_run.flags, "--resume", summary["checkpoint"]], str(tmp_path / "resumed"))
+    expected = metrics_after(str(tmp_path / "whole"), summary["steps"])
+    assert expected and metrics_after(str(tmp_path / "resumed"), summary["steps"]) == expected
+
+
 def test_resume_errors_are_one_clear_line(tmp_path):
     assert_user_error(run_script("dqn", "--resume", str(tmp_path / "none.pt"), "--runs-dir", str(tmp_path)),
                       "no such file")
@@ -35,5 +67,35 @@ def test_resume_errors_are_one_clear_line(tmp_path):
                         "--runs-dir", str(tmp_path / "a"))
     assert result.returncode == 0, result.stderr[-2000:]
     [checkpoint] = glob.glob(str(tmp_path / "a" / "*" / "dqn.pt"))
-    assert_user_error(run_script("dqn", "--total-timesteps", "900", "--resume", checkpoint,
-                                 "--runs-dir", str(tmp_path)), "--total-timesteps 600", "same flags")
+    assert_user_error(run_script("dqn", "--total-timesteps", "900", "--learning-starts", "300", "--resume", checkpoint,
+                                 "--runs-dir", str(tmp_path / "b")), "--total-timesteps 600", "saved flags")
+    # Every flag that changes what the run computes is compared, all differences named in one line.
+    assert_user_error(run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--resume", checkpoint,
+                                 "--learning-rate", "0.5", "--gamma", "0.5", "--batch-size", "4",
+                                 "--runs-dir", str(tmp_path / "b")),
+                      "--learning-rate 0.00025 (not 0.5)", "--gamma 0.99 (not 0.5)", "--batch-size 128 (not 4)")
+    assert_user_error(run_script("ppo", "--resume", checkpoint, "--runs-dir", str(tmp_path / "b")),
+                      "saved by algos/dqn.py", "python algos/dqn.py --resume")
+    assert not os.path.exists(tmp_path / "b")  # a resume that fails leaves no run folder
+    # Flags of how it runs (not what it computes) may differ.
+    result = run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--resume", checkpoint,
+                        "--log-every", "7", "--no-cuda", "--runs-dir", str(tmp_path / "c"))
+    assert result.returncode == 0, result.stderr[-2000:]
+
+    result = run_script("dqn", "--env-backend", "torch", "--total-timesteps", "600", "--learning-starts", "300",
+                        "--save-model", "--runs-dir", str(tmp_path / "torch"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    [torch_checkpoint] = glob.glob(str(tmp_path / "torch" / "*" / "dqn.pt"))
+    assert_user_error(run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--resume",
+                                 torch_checkpoint, "--runs-dir", str(tmp_path / "b")),
+                      "--env-backend torch (not gymnasium)")
+    result = run_script("ppo", "--total-timesteps", "512", "--num-steps", "128", "--save-model",
+                        "--runs-dir", str(tmp_path / "ppo"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    [ppo_checkpoint] = glob.glob(str(tmp_path / "ppo" / "*" / "ppo.pt"))
+    assert_user_error(run_script("ppo", "--total-timesteps", "512", "--num-steps", "128", "--resume", ppo_checkpoint,
+                                 "--learning-rate", "0.9", "--num-minibatches", "2", "--runs-dir", str(tmp_path / "b")),
+                      "--learning-rate 0.00025 (not 0.9)", "--num-minibatches 4 (not 2)")
+    torch.save({"q_network": {}}, tmp_path / "weights.pt")
+    assert_user_error(run_script("dqn", "--resume", str(tmp_path / "weights.pt"), "--runs-dir", str(tmp_path / "b")),
+                      "not a checkpoint of --save-model")
