@@ -57,6 +57,8 @@ class Algorithm:
     """CleanRL's published return at the default budget, per env id (its benchmark docs)"""
     speed: tuple[Task, ...] = ()
     learning: tuple[Task, ...] = ()
+    long: tuple[Task, ...] = ()
+    """learning runs longer than one device call (scripts/long_runs.py resumes them call after call)"""
     tests: dict[str, TestRun] = field(default_factory=dict)
 
 
@@ -77,11 +79,14 @@ ALGORITHMS = {
         speed=(Task("td3", "HalfCheetah-v5", 25_000, 5_000, 2_000),),
         # Eager TD3/SAC are slow: short eager budgets, the wall-time reference of the return curves.
         learning=(Task("td3", "HalfCheetah-v5", 1_000_000, 50_000),),
+        # Ant ends unhealthy episodes: terminal handling under test, at CleanRL's budget.
+        long=(Task("td3", "Ant-v5", 1_000_000, 1_000_000),),
         tests={"td3": TestRun("td3", PENDULUM_OFF_POLICY, "qf_loss", 400)}),
     "sac": Algorithm(
         "sac", {"HalfCheetah-v5": 9635.0},
         speed=(Task("sac", "HalfCheetah-v5", 25_000, 4_000, 2_000),),
         learning=(Task("sac", "HalfCheetah-v5", 1_000_000, 30_000),),
+        long=(Task("sac", "Ant-v5", 1_000_000, 1_000_000),),
         tests={"sac": TestRun("sac", PENDULUM_OFF_POLICY, "qf_loss", 400)}),
     "ppo": Algorithm(
         "ppo", {"CartPole-v1": 490.0, "HalfCheetah-v5": 1443.0},
@@ -89,6 +94,7 @@ ALGORITHMS = {
                Task("ppo", "HalfCheetah-v5", 61_440, 20_480, min_steps=8 * 2048)),
         learning=(Task("ppo", "CartPole-v1", 500_000, 50_000, min_steps=8 * 512),
                   Task("ppo", "HalfCheetah-v5", 1_000_000, 100_000, min_steps=8 * 2048)),
+        long=(Task("ppo", "Ant-v5", 1_000_000, 1_000_000),),
         tests={"ppo": TestRun("ppo", ("--total-timesteps", "1536", "--num-steps", "64", "--log-every", "1"),
                               "policy_loss", 1000),
                "ppo-continuous": TestRun("ppo", ("--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "64",
