@@ -39,7 +39,8 @@ class RunArgs:
     save_model: bool = False
     """save a checkpoint (networks, optimizers, counters) and the exported policy to the run folder at the end"""
     track: bool = False
-    """log to wandb too (WANDB_MODE=offline works without network)"""
+    """log to wandb too: offline into the run folder unless an account is configured (wandb login) or
+    WANDB_MODE says otherwise; no network needed"""
     wandb_project: str = "turborl"
     """wandb project"""
     wandb_entity: str | None = None
@@ -134,9 +135,10 @@ def check_run_args(args: RunArgs) -> None:
     seed, gamma, starts = (getattr(args, name, None) for name in ("seed", "gamma", "learning_starts"))
     check(seed is None or 0 <= seed < 2**32, f"--seed must be in [0, 2**32) (got {seed})")
     check(gamma is None or 0 < gamma <= 1, f"--gamma must be in (0, 1] (got {gamma})")
-    check(starts is None or starts < args.total_timesteps,
-          f"--total-timesteps {args.total_timesteps} ends before learning starts (--learning-starts {starts}): "
-          "the run would train nothing; raise --total-timesteps or lower --learning-starts")
+    if starts is not None:  # updates begin once more than `starts` steps are done, before the last env step
+        check(starts + getattr(args, "num_envs", 1) < args.total_timesteps,
+              f"--total-timesteps {args.total_timesteps} ends before learning starts (--learning-starts {starts}): "
+              "the run would train nothing; raise --total-timesteps or lower --learning-starts")
     check(args.log_every >= 1, f"--log-every must be >= 1 (got {args.log_every})")
     check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
     check(args.checkpoint_every == 0 or args.save_model, "--checkpoint-every needs --save-model")

@@ -28,12 +28,13 @@ class RunLogger:
       mean return of the last 20 episodes.
     - Steps/s of each window of `window_steps` steps, logged as `sps` (the first windows include compiling
       and capturing; scripts/measure.py measures steady-state speed from outside).
-    - wandb only with `track=True` (WANDB_MODE=offline works without network).
+    - wandb only with `track=True`: offline into the run folder unless an account is configured.
     """
 
     def __init__(self, args, algo: str, total_steps: int, device, run_root: str = "runs",
                  print_every: float = 10.0):
-        self.dir = make_run_dir(run_root, f"{args.env_id}__{algo}__{args.seed}__{int(time.time())}")
+        env_name = args.env_id.replace("/", "-")  # a namespaced id (ALE/Breakout-v5) names one folder, not two
+        self.dir = make_run_dir(run_root, f"{env_name}__{algo}__{args.seed}__{int(time.time())}")
         self.run_name = os.path.basename(self.dir)
         self.args = dataclasses.asdict(args)
         self._csv_path = os.path.join(self.dir, "metrics.csv")
@@ -69,7 +70,8 @@ class RunLogger:
             try:
                 self._wandb = start_wandb(args, self.run_name, self.args, self.dir)
             except BaseException:
-                self._bar and self._bar.close()
+                if self._bar is not None:
+                    self._bar.close()
                 self._csv_file.close()
                 self.stop.restore()
                 shutil.rmtree(self.dir, ignore_errors=True)  # a run that never started leaves no folder

@@ -20,6 +20,7 @@ import concurrent.futures
 import csv
 import datetime
 import glob
+import importlib
 import importlib.metadata
 import json
 import math
@@ -132,8 +133,12 @@ def run_one(task: Task, path: str, seed: int, scale: float, timeout: float) -> d
     steps = max(task.min_steps, int((task.steps if "cudagraphs" in path else task.eager_steps) * scale))
     flags = ["--env-id", task.env_id, "--seed", str(seed), "--total-timesteps", str(steps), *PATH_FLAGS[path],
              *task.flags]
-    if task.learning_starts is not None:
-        flags += ["--learning-starts", str(max(100, int(task.learning_starts * scale)))]
+    # Learning starts scale with the budget: a shortened run still trains (the scripts refuse one that would not).
+    starts = task.learning_starts
+    if starts is None and scale != 1:
+        starts = getattr(importlib.import_module(f"algos.{task.script}").Args, "learning_starts", None)
+    if starts is not None:
+        flags += ["--learning-starts", str(max(100, int(starts * scale)))]
     measured = os.path.join(runs_dir, "measure.json")
     command = [sys.executable, "scripts/measure.py", task.script, "--out", measured, "--", *flags,
                "--runs-dir", runs_dir]

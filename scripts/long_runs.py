@@ -68,7 +68,7 @@ def stitched_curve(segments: list[dict]) -> dict:
     """Episodic returns of every segment as (step, seconds, return); seconds continue across segments."""
     steps, seconds, returns, offset = [], [], [], 0.0
     for segment in segments:
-        with open(os.path.join(segment["run_dir"], "metrics.csv")) as f:
+        with open(os.path.join(ROOT, segment["run_dir"], "metrics.csv")) as f:
             for row in csv.DictReader(f):
                 if row["name"] == "episodic_return":
                     steps.append(int(row["step"]))
@@ -100,7 +100,8 @@ def main(args: Args) -> None:
                 continue
             flags = flags_of(args, task, seed)
             runs_dir = os.path.join(args.runs_dir, f"{task.label}-{task.env_id}-s{seed}")
-            resume = ["--resume", record["segments"][-1]["checkpoint"]] if record["segments"] else []
+            last = record["segments"][-1:]
+            resume = ["--resume", os.path.join(ROOT, last[0]["checkpoint"])] if last else []
             command = [sys.executable, f"algos/{task.script}.py", *flags, "--save-model", "--checkpoint-every",
                        str(args.checkpoint_every), "--runs-dir", runs_dir, *resume]
             os.makedirs(runs_dir, exist_ok=True)
@@ -125,13 +126,16 @@ def main(args: Args) -> None:
         summary_path = os.path.join(run_dir or "", "summary.json")
         summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {"status": "failed"}
         if summary.get("checkpoint"):
-            record["segments"].append({"run_dir": run_dir, "checkpoint": summary["checkpoint"],
-                                       "steps": summary["steps"], "wall_seconds": summary["wall_seconds"]})
+            record["segments"].append({"run_dir": os.path.relpath(run_dir, ROOT),
+                                       "checkpoint": os.path.relpath(summary["checkpoint"], ROOT),
+                                       "steps": summary["steps"], "wall_seconds": summary["wall_seconds"],
+                                       "concurrent_runs": len(started)})
         record.update({
             "algo": task.label, "env_id": task.env_id, "path": args.path, "seed": seed, "steps": task.steps,
             "command": shlex.join(["python", f"algos/{task.script}.py", *flags_of(args, task, seed)]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": info, "suite": "learning", "scale": 1.0, "concurrent_runs": len(started),
+            "machine": info, "suite": "learning", "scale": 1.0,
+            "concurrent_runs": max([len(started)] + [s.get("concurrent_runs", 1) for s in record["segments"]]),
             "reached": summary.get("steps", record.get("reached", 0)),
         })
         if summary["status"] == "done":

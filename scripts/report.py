@@ -94,12 +94,14 @@ def learning_table(runs: list[dict]) -> list[str]:
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for (algo, env_id, path), group in sorted(groups.items()):
         ok = [r for r in group if r["status"] == "ok"]
+        partial = [r for r in group if r["status"] == "partial"]
         returns = [r["final_return"] for r in ok if r.get("final_return") is not None]
         spread = f"{statistics.mean(returns):,.1f} ± {statistics.pstdev(returns):,.1f}" if returns else "–"
         wall = fmt(statistics.mean([r["run_wall_seconds"] for r in ok]), ".0f") if ok else "–"
         solved = [r["solved_seconds"] for r in ok if r.get("solved_seconds") is not None]
-        failed = len(group) - len(ok)
-        seeds = f"{len(ok)}" + (f" (+{failed} failed)" if failed else "")
+        failed = len(group) - len(ok) - len(partial)
+        seeds = (f"{len(ok)}" + (f" (+{failed} failed)" if failed else "")
+                 + "".join(f" (+1 at {r['reached']:,} steps, unfinished)" for r in partial))
         lines.append(f"| {algo} | {env_id} | {path} | {fmt(group[0]['steps'])} | {seeds} | {spread} | "
                      f"{fmt(CLEANRL_RETURNS.get((algo, env_id)), ',.1f')} | {wall} | "
                      f"{fmt(statistics.mean(solved), '.1f') if solved else '–'} |")
@@ -115,7 +117,7 @@ def learning_table(runs: list[dict]) -> list[str]:
 
 
 def failures(runs: list[dict]) -> list[str]:
-    failed = [r for r in runs if r["status"] != "ok"]
+    failed = [r for r in runs if r["status"] not in ("ok", "partial")]  # partial: scripts/long_runs.py resumes it
     if not failed:
         return []
     lines = ["", "Failed runs (kept, never dropped):", ""]

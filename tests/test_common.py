@@ -142,7 +142,7 @@ class _Args:
 
 
 def test_run_logger_writes_metrics_and_summary(tmp_path):
-    logger = RunLogger(_Args(), "algo", total_steps=3000, run_root=str(tmp_path))
+    logger = RunLogger(_Args(), "algo", total_steps=3000, device=torch.device("cpu"), run_root=str(tmp_path))
     logger.log(10, loss=0.5)
     logger.log_episodes(20, [(12.0, 12)])
     for step in range(100, 3001, 100):
@@ -156,8 +156,31 @@ def test_run_logger_writes_metrics_and_summary(tmp_path):
     assert metric(logger.dir, "episodic_return") == [12.0]
     assert len(metric(logger.dir, "sps")) == 2  # windows of 1000 steps from the first progress on
     assert summary["mean_return_last20"] == 12.0
-    assert json.load(open(os.path.join(logger.dir, "args.json")))["env_id"] == "Test-v0"
-    assert json.load(open(os.path.join(logger.dir, "summary.json")))["steps"] == 3000
+    args = json.load(open(os.path.join(logger.dir, "args.json")))
+    assert args["env_id"] == "Test-v0" and args["device"] == "cpu"  # the device used, not the --cuda wish
+    saved = json.load(open(os.path.join(logger.dir, "summary.json")))
+    assert saved["steps"] == 3000 and saved["status"] == "done" and saved["checkpoint"] is None
+
+
+def test_run_folders_are_unique_even_when_runs_start_in_the_same_second(tmp_path, monkeypatch):
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_000.0)
+    loggers = [RunLogger(_Args(), "algo", 100, device="cpu", run_root=str(tmp_path)) for _ in range(3)]
+    assert len({logger.dir for logger in loggers}) == 3
+    for logger in loggers:
+        logger.close()
+        assert os.path.exists(os.path.join(logger.dir, "summary.json"))
+
+
+def test_summary_is_strict_json_when_no_episode_ended(tmp_path):
+    logger = RunLogger(_Args(), "algo", 100, device="cpu", run_root=str(tmp_path))
+    logger.progress(50)
+    logger.close()
+
+    def refuse(constant):
+        raise ValueError(f"summary.json holds {constant}")
+
+    with open(os.path.join(logger.dir, "summary.json")) as f:
+        assert json.load(f, parse_constant=refuse)["mean_return_last20"] is None
 
 
 def test_inductor_options_are_read_by_name_with_values_of_their_type():

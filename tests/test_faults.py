@@ -1,8 +1,11 @@
 """Faults and everyday use: NaN losses, Ctrl-C, exported policies, evaluation, tracking."""
 
+import csv
 import glob
+import io
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -130,16 +133,118 @@ def test_evaluate_missing_or_corrupt_policy_is_one_clear_line(tmp_path, content,
     assert_user_error(result, *words)
 
 
-def test_track_without_wandb_is_one_clear_line_or_works_offline(tmp_path):
-    flags = ["--track", "--total-timesteps", "600", "--learning-starts", "300", "--runs-dir", str(tmp_path)]
+def test_track_works_offline_with_no_account_and_a_failed_start_leaves_no_run_folder(tmp_path):
+    flags = ["--track", "--total-timesteps", "600", "--learning-starts", "300", "--runs-dir", str(tmp_path / "a")]
     try:
         import wandb  # noqa: F401
     except ImportError:
         assert_user_error(run_script("dqn", *flags), "--track needs wandb", "pip install")
         return
-    env = {**os.environ, "WANDB_MODE": "offline"}
+    # No WANDB_MODE, no API key, no login: it logs offline into the run folder.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}
+    env["HOME"] = str(tmp_path)  # no ~/.netrc login
     result = subprocess.run([sys.executable, os.path.join(ROOT, "algos", "dqn.py"), *flags], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
-    run_dir = run_dir_of(tmp_path)
+    run_dir = run_dir_of(tmp_path / "a")
     assert glob.glob(os.path.join(run_dir, "wandb", "offline-run-*")) and metric(run_dir, "episodic_return")
+    env["WANDB_MODE"] = "no-such-mode"
+    flags[-1] = str(tmp_path / "b")
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "algos", "dqn.py"), *flags], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=600, check=False)
+    assert_user_error(result, "--track: wandb could not start", "WANDB_MODE")
+    assert not os.listdir(tmp_path / "b")
+
+
+def test_concurrent_runs_get_a_folder_each_with_whole_rows(tmp_path):
+    processes = [subprocess.Popen([sys.executable, os.path.join(ROOT, "algos", "dqn.py"), "--total-timesteps", "3000",
+                                   "--learning-starts", "500", "--learning-rate", lr, "--log-every", "1",
+                                   "--runs-dir", str(tmp_path)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+                 for lr in ("0.001", "0.0001")]
+    for process in processes:
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr[-2000:]
+    run_dirs = glob.glob(str(tmp_path / "*"))
+    assert len(run_dirs) == 2
+    assert {read_json(os.path.join(d, "args.json"))["learning_rate"] for d in run_dirs} == {0.001, 0.0001}
+    for run_dir in run_dirs:
+        assert read_json(os.path.join(run_dir, "summary.json"))["steps"] == 3000
+        assert_whole_rows(os.path.join(run_dir, "metrics.csv"))
+
+
+def assert_whole_rows(metrics_csv):
+    with open(metrics_csv) as f:
+        text = f.read()
+    assert text.endswith("\n")
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == ["step", "seconds", "name", "value"]
+    for row in rows[1:]:
+        assert len(row) == 4 and int(row[0]) >= 0 and float(row[1]) >= 0, row
+        float(row[3])  # a number (NaN included), not a fragment
+
+
+@pytest.mark.parametrize("script, flags, words", [
+    ("td3", ["--env-id", "Pendulum-v1", "--total-timesteps", "5000"], ["--learning-starts 25000", "train nothing"]),
+    ("dqn", ["--total-timesteps", "5000"], ["--learning-starts 10000", "train nothing"]),
+    ("dqn", ["--gamma", "5"], ["--gamma must be in (0, 1]"]),
+    ("sac", ["--env-id", "Pendulum-v1", "--gamma", "0"], ["--gamma must be in (0, 1]"]),
+    ("ppo", ["--seed", "-1"], ["--seed must be in [0, 2**32)"]),
+    ("ppo_device_envs", ["--seed", str(2**32)], ["--seed must be in [0, 2**32)"]),
+    ("td3", ["--env-id", "Pendulum-v1", "--exploration-noise", "-0.1"], ["--exploration-noise"]),
+])
+def test_out_of_range_values_and_runs_that_would_train_nothing_are_one_line(tmp_path, script, flags, words):
+    assert_user_error(run_script(script, *flags, "--runs-dir", str(tmp_path / "runs")), *words)
+    assert not os.path.exists(tmp_path / "runs")
+
+
+def test_an_unwritable_runs_dir_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    for runs_dir, words in [(tmp_path / "file", ["cannot create a run folder", "writable"]),
+                            (tmp_path / "file" / "below", ["cannot create a run folder"])]:
+        assert_user_error(run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--runs-dir",
+                                     str(runs_dir)), *words)
+    read_only = "/sys/turborl-runs"  # sysfs: read-only even for root, where file modes do not stop a write
+    if not os.path.exists(read_only) and not os.access("/sys", os.W_OK):
+        assert_user_error(run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--runs-dir",
+                                     read_only), "cannot create a run folder")
+
+
+def limit_file_size(max_bytes):
+    """A file-size limit for a child process: its writes past it fail (EFBIG) as on a full disk."""
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
+    return limit
+
+
+@pytest.mark.parametrize("max_bytes, what", [(100_000, "the checkpoint"), (20_000, "metrics.csv")])
+def test_a_full_disk_is_one_line_with_no_partial_files(tmp_path, max_bytes, what):
+    """The replay ring makes dqn.pt ~330 kB, past the first limit; with --log-every 1 the metrics pass the second."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "algos", "dqn.py"), "--total-timesteps", "3000",
+                             "--learning-starts", "500", "--log-every", "1", "--save-model",
+                             "--runs-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            preexec_fn=limit_file_size(max_bytes))
+    assert_user_error(result, "cannot write", what, "free space")
+    run_dir = run_dir_of(tmp_path)
+    names = os.listdir(run_dir)
+    assert not [name for name in names if "tmp" in name or "partial" in name], names
+    assert read_json(os.path.join(run_dir, "summary.json"))["status"] == "failed"
+    assert_whole_rows(os.path.join(run_dir, "metrics.csv"))
+
+
+def test_evaluate_takes_a_run_folder_and_refuses_an_env_the_policy_does_not_fit(tmp_path):
+    result = run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--save-model",
+                        "--runs-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    run_dir = run_dir_of(tmp_path)
+
+    def evaluate(*flags):
+        return subprocess.run([sys.executable, "scripts/evaluate.py", *flags], cwd=ROOT, capture_output=True,
+                              text=True, check=False)
+
+    evaluation = evaluate(run_dir + os.sep, "--episodes", "2")
+    assert evaluation.returncode == 0, evaluation.stderr[-2000:]
+    assert read_json(os.path.join(run_dir, "evaluation.json"))["env_id"] == "CartPole-v1"
+    assert_user_error(evaluate(os.path.join(run_dir, "dqn.pt"), "--env-id", "Pendulum-v1"),
+                      "does not take Pendulum-v1's observations", "--env-id CartPole-v1")
+    assert_user_error(evaluate(str(tmp_path)), "holds 0 exported policies")

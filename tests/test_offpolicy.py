@@ -48,7 +48,7 @@ gym.register("turborl-test/Boundaries-v0", entry_point=BoundaryEnv, max_episode_
 @pytest.mark.parametrize("algo", ["td3", "sac"])
 def test_replay_never_crosses_episode_boundaries(tmp_path, algo):
     module = importlib.import_module(f"algos.{algo}")
-    args = module.Args(env_id="turborl-test/Boundaries-v0", total_timesteps=40, learning_starts=1000,
+    args = module.Args(env_id="turborl-test/Boundaries-v0", total_timesteps=40, learning_starts=38,
                        buffer_size=100, batch_size=8, cuda=False, save_model=True, runs_dir=str(tmp_path))
     replay = torch.load(f"{module.main(args)['run_dir']}/{algo}.pt", weights_only=False)["replay"]
     obs, next_obs, dones = replay["rb_obs"], replay["rb_next_obs"], replay["rb_dones"]

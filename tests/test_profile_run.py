@@ -24,7 +24,8 @@ def test_profiles_the_window_after_skip_and_stops_the_run(tmp_path):
 def test_a_run_shorter_than_the_window_says_so(tmp_path):
     args = profile_run.Args(algo="dqn", skip=600, active=20, trace=str(tmp_path / "trace.json"))
     with pytest.raises(SystemExit, match="before the recorded window"):
-        profile_run.profile(args, ["--total-timesteps", "300", "--runs-dir", str(tmp_path / "runs")])
+        profile_run.profile(args, ["--total-timesteps", "300", "--learning-starts", "100",
+                                   "--runs-dir", str(tmp_path / "runs")])
 
 
 def test_measure_finds_the_steady_state_from_outside(tmp_path):

@@ -18,7 +18,7 @@ def test_benchmark_records_a_real_run_and_a_failed_one(tmp_path):
     assert ok["machine"]["torch"] and ok["machine"]["device"] == ("cuda" if ok["machine"]["gpu"] else "cpu")
     assert len(ok["curve"]["returns"]) == ok["episodes"] > 0
 
-    failed = benchmark.run_one(benchmark.Task("dqn", "NoSuchEnv-v0", 1000, 1000), "eager", 1, 1.0, 60)
+    failed = benchmark.run_one(benchmark.Task("dqn", "NoSuchEnv-v0", 1000, 1000, 100), "eager", 1, 1.0, 60)
     assert failed["status"] == "failed" and "unknown env id" in failed["error"]
 
 
