@@ -174,7 +174,7 @@ def resolve_defaults(args: Args) -> bool:
     batch = args.num_envs * args.num_steps
     check(batch % args.num_minibatches == 0,
           f"--num-minibatches {args.num_minibatches} must divide num-envs x num-steps = {batch}")
-    check(0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1, "--gamma must be in (0, 1], --gae-lambda in [0, 1]")
+    check(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1] (got {args.gae_lambda})")
     check(args.clip_coef > 0 and args.max_grad_norm > 0, "--clip-coef and --max-grad-norm must be positive")
     check(args.ent_coef >= 0 and args.vf_coef >= 0, "--ent-coef and --vf-coef must be >= 0")
     check(args.total_timesteps >= batch,

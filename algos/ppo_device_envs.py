@@ -176,6 +176,15 @@ def init_distributed(cuda: bool) -> tuple[int, int, torch.device | None]:
     return dist.get_rank(), world, device
 
 
+def sum_over_ranks(values: list[float], world: int, device: torch.device) -> list[float]:
+    """Each value summed over every rank: under torchrun a collective (every rank calls it at the same point)."""
+    totals = torch.tensor(values, dtype=torch.float64)
+    if world > 1:
+        totals = totals.to(device)
+        dist.all_reduce(totals)
+    return totals.tolist()
+
+
 def leave_distributed(params: list[torch.Tensor]) -> float:
     """Leave the process group after a run that completed on every rank; returns the largest difference between
     a rank's parameters and rank 0's (0: the ranks ended identical)."""
@@ -205,7 +214,7 @@ def resolve_defaults(args: Args) -> bool:
     batch = args.num_envs * args.num_steps
     check(batch % args.num_minibatches == 0,
           f"--num-minibatches {args.num_minibatches} must divide num-envs x num-steps = {batch}")
-    check(0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1, "--gamma must be in (0, 1], --gae-lambda in [0, 1]")
+    check(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1] (got {args.gae_lambda})")
     check(args.clip_coef > 0 and args.max_grad_norm > 0, "--clip-coef and --max-grad-norm must be positive")
     check(args.ent_coef >= 0 and args.vf_coef >= 0, "--ent-coef and --vf-coef must be >= 0")
     check(args.total_timesteps >= batch,
@@ -385,18 +394,6 @@ def main(args: Args) -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "recent_returns": list(recent_returns)}
 
     stop = logger.stop if logger else GracefulStop()  # torchrun passes Ctrl-C to every rank
-
-    def mean_recent_return_and_stop() -> tuple[float, bool]:
-        """The mean return of every rank's newest episodes, and whether any rank stops (Ctrl-C, a non-finite
-        loss); under torchrun a collective: every rank calls it at the same point and gets the same answer."""
-        totals = torch.tensor([float(sum(recent_returns)), float(len(recent_returns)), float(stop.requested)],
-                              dtype=torch.float64)
-        if world > 1:
-            totals = totals.to(device)
-            dist.all_reduce(totals)
-        mean_return = (totals[0] / totals[1]).item() if totals[1] > 0 else float("nan")
-        return mean_return, bool(totals[2] > 0)
-
     num_iterations = args.total_timesteps // (batch_size * world)  # the budget counts every rank's steps
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
     next_iteration, completed, stopping = start_iteration, False, False
@@ -416,7 +413,11 @@ def main(args: Args) -> dict:
                 if iteration % log_interval == 0:
                     logger.log(global_step, learning_rate=lr.item(), **dict(zip(metric_names, metrics.tolist(),
                                strict=True)))
-            mean_return, stopping = mean_recent_return_and_stop()  # the same answers on every rank
+            # Every rank's newest episodes, and whether any rank stops (Ctrl-C, a non-finite loss): the same
+            # answers on every rank, so all of them stop at the same iteration.
+            returns_sum, returns_count, stopping = sum_over_ranks(
+                [sum(recent_returns), len(recent_returns), stop.requested], world, device)
+            mean_return = returns_sum / returns_count if returns_count else float("nan")
             if world > 1 and logger and iteration % log_interval == 0:
                 logger.log(global_step, mean_return_all_ranks=mean_return)
             if (args.stop_at_return is not None and len(recent_returns) == recent_returns.maxlen

@@ -121,6 +121,7 @@ def main(args: Args) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
 
+    records = {}
     for path, (task, seed, record, runs_dir, _, log_name) in started.items():
         run_dir = newest_run(runs_dir)
         summary_path = os.path.join(run_dir or "", "summary.json")
@@ -151,15 +152,15 @@ def main(args: Args) -> None:
         with open(path + ".tmp", "w") as f:
             json.dump(record, f, indent=1)
         os.replace(path + ".tmp", path)
+        records[path] = record
 
     print(f"{'run':40} {'status':8} {'steps':>9} {'return':>8} {'eval':>8} segments")
     for path, (task, seed, *_rest) in started.items():
-        record = json.load(open(path))
-        steps = record["reached"]
+        record = records[path]
         fmt = lambda v: f"{v:8.0f}" if isinstance(v, (int, float)) else f"{'-':>8}"  # noqa: E731
-        print(f"{task.label + ' ' + task.env_id + ' s' + str(seed):40} {record['status']:8} {steps:>9} "
+        print(f"{task.label + ' ' + task.env_id + ' s' + str(seed):40} {record['status']:8} {record['reached']:>9} "
               f"{fmt(record.get('final_return'))} {fmt(record.get('eval_return'))} {len(record['segments'])}")
-    finished = [json.load(open(p)) for p in started if json.load(open(p))["status"] == "ok"]
+    finished = [record for record in records.values() if record["status"] == "ok"]
     for label in sorted({r["algo"] for r in finished}):
         returns = [r["final_return"] for r in finished if r["algo"] == label]
         spread = statistics.stdev(returns) if len(returns) > 1 else 0.0

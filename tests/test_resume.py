@@ -57,16 +57,21 @@ def test_ctrl_c_anywhere_leaves_a_checkpoint_that_resumes_exactly(tmp_path, monk
     assert expected and metrics_after(str(tmp_path / "resumed"), summary["steps"]) == expected
 
 
+def saved_checkpoint(script: str, runs_dir, *flags: str) -> str:
+    """The checkpoint of a finished `--save-model` run of `script` with `flags`."""
+    result = run_script(script, *flags, "--save-model", "--runs-dir", str(runs_dir))
+    assert result.returncode == 0, result.stderr[-2000:]
+    [checkpoint] = glob.glob(str(runs_dir / "*" / f"{script}.pt"))
+    return checkpoint
+
+
 def test_resume_errors_are_one_clear_line(tmp_path):
     assert_user_error(run_script("dqn", "--resume", str(tmp_path / "none.pt"), "--runs-dir", str(tmp_path)),
                       "no such file")
     (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
     assert_user_error(run_script("dqn", "--resume", str(tmp_path / "bad.pt"), "--runs-dir", str(tmp_path)),
                       "not a readable checkpoint")
-    result = run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--save-model",
-                        "--runs-dir", str(tmp_path / "a"))
-    assert result.returncode == 0, result.stderr[-2000:]
-    [checkpoint] = glob.glob(str(tmp_path / "a" / "*" / "dqn.pt"))
+    checkpoint = saved_checkpoint("dqn", tmp_path / "a", "--total-timesteps", "600", "--learning-starts", "300")
     assert_user_error(run_script("dqn", "--total-timesteps", "900", "--learning-starts", "300", "--resume", checkpoint,
                                  "--runs-dir", str(tmp_path / "b")), "--total-timesteps 600", "saved flags")
     # Every flag that changes what the run computes is compared, all differences named in one line.
@@ -82,17 +87,12 @@ def test_resume_errors_are_one_clear_line(tmp_path):
                         "--log-every", "7", "--no-cuda", "--runs-dir", str(tmp_path / "c"))
     assert result.returncode == 0, result.stderr[-2000:]
 
-    result = run_script("dqn", "--env-backend", "torch", "--total-timesteps", "600", "--learning-starts", "300",
-                        "--save-model", "--runs-dir", str(tmp_path / "torch"))
-    assert result.returncode == 0, result.stderr[-2000:]
-    [torch_checkpoint] = glob.glob(str(tmp_path / "torch" / "*" / "dqn.pt"))
+    torch_checkpoint = saved_checkpoint("dqn", tmp_path / "torch", "--env-backend", "torch", "--total-timesteps",
+                                        "600", "--learning-starts", "300")
     assert_user_error(run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--resume",
                                  torch_checkpoint, "--runs-dir", str(tmp_path / "b")),
                       "--env-backend torch (not gymnasium)")
-    result = run_script("ppo", "--total-timesteps", "512", "--num-steps", "128", "--save-model",
-                        "--runs-dir", str(tmp_path / "ppo"))
-    assert result.returncode == 0, result.stderr[-2000:]
-    [ppo_checkpoint] = glob.glob(str(tmp_path / "ppo" / "*" / "ppo.pt"))
+    ppo_checkpoint = saved_checkpoint("ppo", tmp_path / "ppo", "--total-timesteps", "512", "--num-steps", "128")
     assert_user_error(run_script("ppo", "--total-timesteps", "512", "--num-steps", "128", "--resume", ppo_checkpoint,
                                  "--learning-rate", "0.9", "--num-minibatches", "2", "--runs-dir", str(tmp_path / "b")),
                       "--learning-rate 0.00025 (not 0.9)", "--num-minibatches 4 (not 2)")
