@@ -101,6 +101,9 @@ def main(args: Args) -> None:
             flags = flags_of(args, task, seed)
             runs_dir = os.path.join(args.runs_dir, f"{task.label}-{task.env_id}-s{seed}")
             last = record["segments"][-1:]
+            if last and not os.path.exists(os.path.join(ROOT, last[0]["checkpoint"])):
+                print(f"{os.path.basename(path)}: its checkpoint went with an earlier machine; starting over")
+                record, last = {"segments": []}, []
             resume = ["--resume", os.path.join(ROOT, last[0]["checkpoint"])] if last else []
             command = [sys.executable, f"algos/{task.script}.py", *flags, "--save-model", "--checkpoint-every",
                        str(args.checkpoint_every), "--runs-dir", runs_dir, *resume]
@@ -136,6 +139,8 @@ def main(args: Args) -> None:
             "command": shlex.join(["python", f"algos/{task.script}.py", *flags_of(args, task, seed)]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": info, "suite": "learning", "scale": 1.0,
+            # CUDA MPS lets the runs' kernels share the GPU at once instead of taking turns.
+            "gpu_sharing": "mps" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "time-sliced",
             "concurrent_runs": max([len(started)] + [s.get("concurrent_runs", 1) for s in record["segments"]]),
             "reached": summary.get("steps", record.get("reached", 0)),
         })
