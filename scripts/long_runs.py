@@ -38,6 +38,8 @@ class Args:
     """only these tasks, by label (empty: every long task)"""
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
     """seeds of each task"""
+    runs: list[str] = field(default_factory=list)
+    """only these runs, as label/env-id/seed (e.g. sac/Ant-v4/1); replaces --labels and --seeds"""
     path: str = "compile+cudagraphs"
     """the execution path of every run"""
     deadline: float = 520.0
@@ -87,13 +89,20 @@ def evaluate(run_dir: str) -> float | None:
 
 
 def main(args: Args) -> None:
-    tasks = [task for algorithm in ALGORITHMS.values() for task in algorithm.long
-             if not args.labels or task.label in args.labels]
+    def wanted(task: Task, seed: int) -> bool:
+        if args.runs:
+            return f"{task.label}/{task.env_id}/{seed}" in args.runs
+        return (not args.labels or task.label in args.labels) and seed in args.seeds
+
+    tasks = [task for algorithm in ALGORITHMS.values() for task in algorithm.long]
+    seeds = sorted(set(args.seeds) | {int(run.rsplit("/", 1)[1]) for run in args.runs})
     os.makedirs(args.out, exist_ok=True)
     info = machine()
     started = {}
     for task in tasks:
-        for seed in args.seeds:
+        for seed in seeds:
+            if not wanted(task, seed):
+                continue
             path = target(args, task, seed)
             record = json.load(open(path)) if os.path.exists(path) else {"segments": []}
             if record.get("status") == "ok":
