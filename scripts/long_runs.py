@@ -1,6 +1,7 @@
 """Learning runs longer than one sitting: run them side by side until a deadline, stop each with Ctrl-C (it
 checkpoints where an iteration ends), and resume them all on the next call, until each reaches its budget.
 
+    nvidia-cuda-mps-control -d   # on one GPU: the runs' kernels share it at once instead of taking turns
     python scripts/long_runs.py --labels td3 sac ppo --seeds 1 2 3 --deadline 520   # again until all are ok
     python scripts/report.py
 
@@ -160,7 +161,7 @@ def main(args: Args) -> None:
                           curve=stitched_curve(segments), episodes=summary["episodes"],
                           eval_return=evaluate(run_dir))
         elif summary["status"] == "interrupted" and summary.get("checkpoint"):
-            record["status"] = "partial"
+            record.update(status="partial", return_at_stop=summary["mean_return_last20"])
         else:
             record.update(status="failed", error=open(log_name).read()[-1500:])
         with open(path + ".tmp", "w") as f:
@@ -175,10 +176,10 @@ def main(args: Args) -> None:
         print(f"{task.label + ' ' + task.env_id + ' s' + str(seed):40} {record['status']:8} {record['reached']:>9} "
               f"{fmt(record.get('final_return'))} {fmt(record.get('eval_return'))} {len(record['segments'])}")
     finished = [record for record in records.values() if record["status"] == "ok"]
-    for label in sorted({r["algo"] for r in finished}):
-        returns = [r["final_return"] for r in finished if r["algo"] == label]
+    for label, env_id in sorted({(r["algo"], r["env_id"]) for r in finished}):
+        returns = [r["final_return"] for r in finished if (r["algo"], r["env_id"]) == (label, env_id)]
         spread = statistics.stdev(returns) if len(returns) > 1 else 0.0
-        print(f"{label}: {statistics.mean(returns):.0f} ± {spread:.0f} over {len(returns)} seeds")
+        print(f"{label} {env_id}: {statistics.mean(returns):.0f} ± {spread:.0f} over {len(returns)} seeds")
 
 
 if __name__ == "__main__":

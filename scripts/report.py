@@ -100,8 +100,13 @@ def learning_table(runs: list[dict]) -> list[str]:
         wall = fmt(statistics.mean([r["run_wall_seconds"] for r in ok]), ".0f") if ok else "–"
         solved = [r["solved_seconds"] for r in ok if r.get("solved_seconds") is not None]
         failed = len(group) - len(ok) - len(partial)
-        seeds = (f"{len(ok)}" + (f" (+{failed} failed)" if failed else "")
-                 + "".join(f" (+1 at {r['reached']:,} steps, unfinished)" for r in partial))
+        seeds = f"{len(ok)}" + (f" (+{failed} failed)" if failed else "")
+        if partial:
+            reached = sorted(r["reached"] for r in partial)
+            at_stop = [r["return_at_stop"] for r in partial if r.get("return_at_stop") is not None]
+            span = f"{reached[0]:,}" + (f"-{reached[-1]:,}" if len(reached) > 1 else "")
+            there = f": {statistics.mean(at_stop):,.1f} ± {statistics.pstdev(at_stop):,.1f} there" if at_stop else ""
+            seeds += f" (+{len(partial)} unfinished at {span} steps{there})"
         lines.append(f"| {algo} | {env_id} | {path} | {fmt(group[0]['steps'])} | {seeds} | {spread} | "
                      f"{fmt(CLEANRL_RETURNS.get((algo, env_id)), ',.1f')} | {wall} | "
                      f"{fmt(statistics.mean(solved), '.1f') if solved else '–'} |")
@@ -111,8 +116,9 @@ def learning_table(runs: list[dict]) -> list[str]:
     shared = sorted({r.get("concurrent_runs", 1) for r in runs} - {1})
     if shared:
         lines += ["", f"Some runs shared the machine ({', '.join(map(str, shared))} at a time, see each JSON's "
-                  "`concurrent_runs`): their wall seconds and return-vs-time curves are slower than a run alone; "
-                  "speed is measured alone, in the speed suite."]
+                  "`concurrent_runs`, and `gpu_sharing`: `mps` when CUDA MPS ran their kernels at once): their wall "
+                  "seconds and return-vs-time curves are slower than a run alone; speed is measured alone, in the "
+                  "speed suite."]
     return lines
 
 
