@@ -27,18 +27,22 @@ def make_env(
     asynchronous: bool = False,
     backend: str = "gymnasium",
     device: str | None = None,
+    mask_velocity: bool = False,
 ) -> gym.vector.VectorEnv:
     """A seeded gymnasium vector env that records episode returns.
 
     Autoreset is SAME_STEP: a step that ends an episode returns the first observation of the next one and
     puts the last observation of the finished one in `info["final_obs"]` (see `final_observations`), so no
     stored transition ever crosses an episode boundary. `backend="torch"`: the torch implementation of a
-    classic-control env (common/torch_envs.py) on `device`, taking and returning tensors there.
+    classic-control env (common/torch_envs.py) on `device`, taking and returning tensors there;
+    `mask_velocity` leaves the velocities out of its observations.
     """
     if num_envs < 1:
         raise UserError(f"--num-envs must be >= 1 (got {num_envs})")
     if backend == "torch":  # the flag's values are checked with the other shared flags (check_run_args)
-        return _torch_env(env_id, num_envs, seed, action, algo, device)
+        return _torch_env(env_id, num_envs, seed, action, algo, device, mask_velocity)
+    if mask_velocity:
+        raise UserError("--mask-velocity masks the device envs: add --env-backend torch")
     mode = gym.vector.AutoresetMode.SAME_STEP
     spec = _spec(env_id)
 
@@ -81,8 +85,8 @@ def _torch_env_class(env_id: str):
     return TORCH_ENVS[env_id]
 
 
-def _torch_env(env_id, num_envs, seed, action, algo, device):
-    envs = _torch_env_class(env_id)(env_id, num_envs, device or "cpu", seed)
+def _torch_env(env_id, num_envs, seed, action, algo, device, mask_velocity):
+    envs = _torch_env_class(env_id)(env_id, num_envs, device or "cpu", seed, mask_velocity=mask_velocity)
     _check_action_space(envs, env_id, action, algo)
     return envs
 

@@ -21,16 +21,26 @@ class TorchVectorEnv(gym.vector.VectorEnv):
 
     `state` (num_envs x state_dim) is the raw physical state in gymnasium's `unwrapped.state` layout, and
     `elapsed` (num_envs) the steps of the current episodes; both can be read and written from outside.
+    `mask_velocity=True` leaves the observation's `velocities` entries out (a partially observed task: a policy
+    must infer them from past observations); the dynamics are unchanged.
     `infos` holds `final_obs`/`_final_obs` and, for ended episodes, `episode` {"r", "l"} / `_episode`
     (RecordEpisodeStatistics' layout), all device tensors.
     """
 
     state_dim: int
+    velocities: tuple[int, ...]
+    """entries of the observation that are velocities"""
 
     def __init__(self, env_id: str, num_envs: int, device: torch.device | str = "cpu", seed: int | None = None,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, mask_velocity: bool = False):
         probe = gym.make(env_id)
         self.single_observation_space, self.single_action_space = probe.observation_space, probe.action_space
+        self.observed = None  # every entry
+        if mask_velocity:
+            space = probe.observation_space
+            self.observed = [i for i in range(space.shape[0]) if i not in self.velocities]
+            self.single_observation_space = gym.spaces.Box(space.low[self.observed], space.high[self.observed],
+                                                           dtype=space.dtype)
         self.max_episode_steps = probe.spec.max_episode_steps
         probe.close()
         self.num_envs, self.device, self.dtype = num_envs, torch.device(device), dtype
@@ -67,7 +77,7 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         self.state.copy_(self.initial_state(self.num_envs))
         self.elapsed.zero_()
         self.episode_return.zero_()
-        return self.observe(self.state), {}
+        return self.observation(self.state), {}
 
     def step(self, actions):
         actions = torch.as_tensor(actions, device=self.device)
@@ -76,7 +86,7 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         self.elapsed.add_(1)
         truncated = self.elapsed >= self.max_episode_steps  # gymnasium's TimeLimit: even when also terminated
         done = terminated | truncated
-        final_obs = self.observe(next_state)
+        final_obs = self.observation(next_state)
         self.episode_return.add_(reward)
         infos = {"final_obs": final_obs, "_final_obs": done, "_episode": done,
                  "episode": {"r": self.episode_return.clone(), "l": self.elapsed.clone()}}
@@ -84,7 +94,11 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         self.state.copy_(torch.where(done.unsqueeze(1), self.initial_state(self.num_envs), next_state))
         self.elapsed.masked_fill_(done, 0)
         self.episode_return.masked_fill_(done, 0)
-        return self.observe(self.state), reward, terminated, truncated, infos
+        return self.observation(self.state), reward, terminated, truncated, infos
+
+    def observation(self, state: torch.Tensor) -> torch.Tensor:
+        obs = self.observe(state)
+        return obs if self.observed is None else obs[:, self.observed]
 
     def initial_state(self, n: int) -> torch.Tensor:
         raise NotImplementedError
@@ -108,7 +122,7 @@ def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 class CartPole(TorchVectorEnv):
-    state_dim = 4
+    state_dim, velocities = 4, (1, 3)
     gravity, masscart, masspole, length, force_mag, tau = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
     total_mass, polemass_length = masspole + masscart, masspole * length
     theta_threshold, x_threshold = 12 * 2 * math.pi / 360, 2.4
@@ -134,7 +148,7 @@ class CartPole(TorchVectorEnv):
 
 
 class Pendulum(TorchVectorEnv):
-    state_dim = 2
+    state_dim, velocities = 2, (2,)
     max_speed, max_torque, dt, g, m, l = 8.0, 2.0, 0.05, 10.0, 1.0, 1.0  # noqa: E741
 
     def initial_state(self, n):
@@ -156,7 +170,7 @@ class Pendulum(TorchVectorEnv):
 
 
 class Acrobot(TorchVectorEnv):
-    state_dim = 4
+    state_dim, velocities = 4, (4, 5)
     dt, l1, m1, m2, lc1, lc2, moi, g = 0.2, 1.0, 1.0, 1.0, 0.5, 0.5, 1.0, 9.8
     max_vel_1, max_vel_2 = 4 * math.pi, 9 * math.pi
 
@@ -204,7 +218,7 @@ def wrap(x: torch.Tensor) -> torch.Tensor:
 
 
 class MountainCar(TorchVectorEnv):
-    state_dim = 2
+    state_dim, velocities = 2, (1,)
     min_position, max_position, max_speed, goal_position, force, gravity = -1.2, 0.6, 0.07, 0.5, 0.001, 0.0025
 
     def initial_state(self, n):

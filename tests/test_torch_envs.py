@@ -95,6 +95,46 @@ def test_autoreset_happens_on_device_and_reports_the_final_observation():
     assert envs.elapsed.tolist() == [1, 0, 1]
 
 
+# What gymnasium's docs name each observation entry; the velocities are the ones a masked env leaves out.
+POSITIONS = {
+    "CartPole-v1": ["cart position", "pole angle"],  # of cart position, cart velocity, pole angle, pole velocity
+    "Pendulum-v1": ["cos theta", "sin theta"],  # of cos, sin, angular velocity
+    "Acrobot-v1": ["cos t1", "sin t1", "cos t2", "sin t2"],  # of those and the two angular velocities
+    "MountainCar-v0": ["position"],  # of position, velocity
+    "MountainCarContinuous-v0": ["position"],
+}
+
+
+@pytest.mark.parametrize("env_id", list(TORCH_ENVS))
+def test_mask_velocity_observes_the_full_envs_positions_and_nothing_else(env_id):
+    full = make_env(env_id, 64, seed=3, backend="torch")
+    masked = make_env(env_id, 64, seed=3, backend="torch", mask_velocity=True)
+    low, high = full.single_observation_space.low, full.single_observation_space.high
+    keep = [i for i in range(len(low)) if i not in full.velocities]
+    assert masked.single_observation_space.shape == (len(POSITIONS[env_id]),)
+    np.testing.assert_array_equal(masked.single_observation_space.low, low[keep])
+    np.testing.assert_array_equal(masked.single_observation_space.high, high[keep])
+    obs_full, obs_masked = full.reset(seed=3)[0], masked.reset(seed=3)[0]
+    full.action_space.seed(0)
+    ends = 0
+    for _ in range(full.max_episode_steps + 1):  # through episode ends (at the latest the time limit) and resets
+        action = torch.as_tensor(full.action_space.sample())
+        torch.testing.assert_close(obs_masked, obs_full[:, keep], rtol=0, atol=0)
+        obs_full, reward_full, term_full, trunc_full, info_full = full.step(action)
+        obs_masked, reward_masked, term_masked, trunc_masked, info_masked = masked.step(action)
+        torch.testing.assert_close(masked.state, full.state, rtol=0, atol=0)  # the dynamics are unchanged
+        torch.testing.assert_close(info_masked["final_obs"], info_full["final_obs"][:, keep], rtol=0, atol=0)
+        assert torch.equal(reward_masked, reward_full) and torch.equal(term_masked, term_full)
+        assert torch.equal(trunc_masked, trunc_full)
+        ends += int((term_full | trunc_full).sum())
+    assert ends > 0
+
+
+def test_mask_velocity_needs_the_device_envs():
+    with pytest.raises(UserError, match="--env-backend torch"):
+        make_env("CartPole-v1", 2, seed=0, mask_velocity=True)
+
+
 def test_torch_backend_rejects_envs_it_does_not_have():
     with pytest.raises(UserError, match="HalfCheetah-v5.*CartPole-v1"):
         make_env("HalfCheetah-v5", 2, seed=0, backend="torch")
