@@ -31,6 +31,8 @@ from turborl.paths import ExecutionPath
 class Args(RunArgs):
     env_id: str = "CartPole-v1"
     """id of a device env (Discrete or Box actions): CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCar-v0, ..."""
+    mask_velocity: bool = False
+    """leave the velocities out of the observation (a partially observed task; algos/ppo_lstm.py has memory)"""
     seed: int = 1
     """seed of the run (torch, numpy, env)"""
     total_timesteps: int | None = None
@@ -230,7 +232,8 @@ def main(args: Args) -> dict:
     path = ExecutionPath(args, device)
     torch.set_float32_matmul_precision("high" if args.tf32 else "highest")
     seed_everything(args.seed + rank)
-    envs = make_env(args.env_id, args.num_envs, args.seed + rank, algo="PPO", backend="torch", device=str(device))
+    envs = make_env(args.env_id, args.num_envs, args.seed + rank, algo="PPO", backend="torch", device=str(device),
+                    mask_velocity=args.mask_velocity)
     logger = RunLogger(args, "ppo", args.total_timesteps, device, run_root=args.runs_dir) if rank == 0 else None
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, envs.single_observation_space.shape[0]
     batch_size = n_envs * num_steps

@@ -33,7 +33,7 @@ class Task:
 
     @property
     def label(self) -> str:
-        name = "ppo" if self.script.startswith("ppo") else self.script
+        name = "ppo" if self.script in ("ppo", "ppo_device_envs") else self.script.replace("_", "-")
         return f"{name}-{self.variant}" if self.variant else name
 
 
@@ -118,12 +118,29 @@ ALGORITHMS = {
             Task("ppo_device_envs", "CartPole-v1", 500_000, 500_000, variant="torch-solve",
                  flags=("--stop-at-return", "475")),
             Task("ppo_device_envs", "CartPole-v1", 2_000_000, 2_000_000, variant="torch-solve128",
-                 flags=("--num-envs", "128", "--num-steps", "16", "--stop-at-return", "475"))),
+                 flags=("--num-envs", "128", "--num-steps", "16", "--stop-at-return", "475")),
+            # The memoryless policy on the velocity-masked task, with ppo_lstm's env count and budget there.
+            Task("ppo_device_envs", "CartPole-v1", 500_000, 500_000, variant="torch-masked",
+                 flags=("--mask-velocity", "--num-envs", "8"))),
         tests={"ppo-device-envs": TestRun("ppo_device_envs", ("--total-timesteps", "1536", "--num-steps", "64",
                                                               "--log-every", "1"), "policy_loss", 1000),
                "ppo-device-envs-bf16": TestRun("ppo_device_envs", ("--num-envs", "8", "--num-steps", "16", "--bf16",
                                                                    "--total-timesteps", "768", "--log-every", "1"),
                                                "policy_loss", 500, bf16=True)}),
+    "ppo_lstm": Algorithm(
+        "ppo_lstm", {},
+        speed=(
+            # The whole recurrent iteration as one graph: velocity-masked CartPole, 4096 envs x 128 steps.
+            Task("ppo_lstm", "CartPole-v1", 4096 * 128 * 40, 4096 * 128 * 3, variant="masked4096",
+                 flags=("--mask-velocity", "--num-envs", "4096"), cuda_only=True),),
+        learning=(
+            Task("ppo_lstm", "CartPole-v1", 500_000, 500_000, variant="masked", flags=("--mask-velocity",)),),
+        tests={"ppo-lstm": TestRun("ppo_lstm", ("--mask-velocity", "--total-timesteps", "1024", "--num-steps",
+                                                "16", "--log-every", "1"), "policy_loss", 500),
+               "ppo-lstm-continuous": TestRun("ppo_lstm", ("--env-id", "Pendulum-v1", "--num-envs", "4",
+                                                           "--num-minibatches", "2", "--num-steps", "16",
+                                                           "--update-epochs", "2", "--total-timesteps", "512",
+                                                           "--log-every", "1"), "value_loss", 300)}),
 }
 
 TEST_RUNS = {name: run for algorithm in ALGORITHMS.values() for name, run in algorithm.tests.items()}
