@@ -45,7 +45,7 @@ class Args(RunArgs):
     num_steps: int = 128
     """steps per env per rollout: the length of the sequences the update backpropagates through"""
     lstm_size: int = 128
-    """units of the LSTM"""
+    """units of each LSTM (the actor's and the critic's)"""
     anneal_lr: bool = True
     """anneal the learning rate linearly to 0"""
     gamma: float = 0.99
@@ -93,41 +93,48 @@ def layer(n_in: int, n_out: int, std: float = math.sqrt(2), bias: bool = True) -
 
 
 class Agent(nn.Module):
-    """An encoder (64 tanh units), an LSTM shared by the actor and critic heads, CleanRL's initialization.
+    """An actor and a critic, each an encoder (64 tanh units) and an LSTM, CleanRL's initialization. Separate, as
+    the MLP PPO's are: sharing one LSTM, the value loss (returns in the hundreds, without reward normalization)
+    swamps the policy's gradient under the shared gradient-norm clip, and CartPole without velocities did not
+    learn in 115k steps. Both LSTMs step as one: their states are the two halves of `h` and `c`.
 
-    The LSTM is written out rather than nn.LSTMCell: the input's share of the gates is one batched matmul over
-    a whole sequence, so a step of the recurrence is one (hidden x 4 hidden) matmul and the gates' pointwise
-    math, which torch.compile fuses into one kernel. Distributions are written out as in the other PPO scripts
-    (no argument checks, no host syncs, one random draw per action)."""
+    The LSTMs are written out rather than nn.LSTMCell: the input's share of the gates is one batched matmul over
+    a whole sequence, so a step of the recurrence is one (hidden x 4 hidden) matmul per LSTM and the gates'
+    pointwise math, which torch.compile fuses. Distributions are written out as in the other PPO scripts (no
+    argument checks, no host syncs, one random draw per action)."""
 
     def __init__(self, obs_dim: int, n_out: int, discrete: bool, lstm_size: int):
         super().__init__()
-        self.discrete = discrete
-        self.encoder = nn.Sequential(layer(obs_dim, 64), nn.Tanh())
-        self.input_gates = layer(64, 4 * lstm_size, 1.0)
-        self.hidden_gates = layer(lstm_size, 4 * lstm_size, 1.0, bias=False)
+        self.discrete, self.lstm_size = discrete, lstm_size
+        self.actor_encoder = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 4 * lstm_size, 1.0))
+        self.critic_encoder = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 4 * lstm_size, 1.0))
+        self.actor_recurrence = layer(lstm_size, 4 * lstm_size, 1.0, bias=False)
+        self.critic_recurrence = layer(lstm_size, 4 * lstm_size, 1.0, bias=False)
         self.actor = layer(lstm_size, n_out, 0.01)
         self.critic = layer(lstm_size, 1, 1.0)
         if not discrete:
             self.actor_logstd = nn.Parameter(torch.zeros(n_out))
 
     def gate_inputs(self, obs):
-        """The input's share of the LSTM gates, for any leading dimensions (one step, or a whole sequence)."""
-        return self.input_gates(self.encoder(obs))
+        """The input's share of both LSTMs' gates, for any leading dimensions (one step, or a whole sequence)."""
+        return torch.cat([self.actor_encoder(obs), self.critic_encoder(obs)], -1)
 
     def cell(self, gate_input, h, c):
-        """One LSTM step: (h, c) after an input whose `gate_inputs` are given."""
-        i, f, g, o = (gate_input + self.hidden_gates(h)).chunk(4, -1)
-        c = f.sigmoid() * c + i.sigmoid() * g.tanh()
-        return o.sigmoid() * c.tanh(), c
+        """One step of both LSTMs: (h, c) after an input whose `gate_inputs` are given; the actor's state is the
+        first half of h and c, the critic's the second."""
+        actor_h, critic_h = h.chunk(2, -1)
+        gates = gate_input + torch.cat([self.actor_recurrence(actor_h), self.critic_recurrence(critic_h)], -1)
+        i, f, g, o = gates.unflatten(-1, (2, 4, self.lstm_size)).unbind(-2)  # per LSTM, gates i, f, g, o
+        c = f.sigmoid() * c.unflatten(-1, (2, self.lstm_size)) + i.sigmoid() * g.tanh()
+        return (o.sigmoid() * c.tanh()).flatten(-2), c.flatten(-2)
 
     def value(self, hidden):
-        return self.critic(hidden).squeeze(-1)
+        return self.critic(hidden[..., self.lstm_size:]).squeeze(-1)
 
     def sample(self, hidden, noise):
         """(action, its log-probability) from noise drawn beforehand: Gumbel noise for categorical (Gumbel-max),
         standard normal for the reparameterized Gaussian."""
-        out = self.actor(hidden)
+        out = self.actor(hidden[..., :self.lstm_size])
         if self.discrete:
             logp = out.log_softmax(-1)
             action = (logp + noise).argmax(-1)
@@ -137,7 +144,7 @@ class Agent(nn.Module):
 
     def evaluate(self, hidden, action):
         """(log-probability of action, entropy, value) under the current parameters."""
-        out = self.actor(hidden)
+        out = self.actor(hidden[..., :self.lstm_size])
         if self.discrete:
             logp = out.log_softmax(-1)
             entropy = -(logp.exp() * logp).sum(-1)
@@ -146,7 +153,7 @@ class Agent(nn.Module):
         return self.gaussian_logp(out, action), entropy, self.value(hidden)
 
     def deterministic(self, hidden):
-        out = self.actor(hidden)
+        out = self.actor(hidden[..., :self.lstm_size])
         return out.argmax(-1) if self.discrete else out
 
     def gaussian_logp(self, mean, action):
@@ -156,8 +163,9 @@ class Agent(nn.Module):
 
 class DeterministicPolicy(nn.Module):
     """The exported policy: (raw observation batch, LSTM state h, c) in, (most likely action, next h, next c)
-    out. Start each episode from zeros for h and c; observations are normalized with the run's final statistics
-    and Gaussian means clipped to the action bounds."""
+    out; h and c hold both LSTMs' states (2 x lstm size), the critic's half unused by the action. Start each
+    episode from zeros for h and c; observations are normalized with the run's final statistics and Gaussian
+    means clipped to the action bounds."""
 
     def __init__(self, agent: Agent, obs_rms: RunningMeanStd | None, low=None, high=None):
         super().__init__()
@@ -223,8 +231,8 @@ def main(args: Args) -> dict:
                                  capturable=device.type == "cuda" and not args.compile)
     obs = torch.zeros(n_envs, obs_dim, device=device)  # what the next action is chosen on
     first = torch.ones(n_envs, device=device)  # obs is the first of its episode: the LSTM starts from zeros
-    lstm_h, lstm_c = torch.zeros(n_envs, args.lstm_size, device=device), torch.zeros(n_envs, args.lstm_size,
-                                                                                     device=device)
+    # Both LSTMs' states (the actor's, the critic's) before acting on obs
+    lstm_h, lstm_c = (torch.zeros(n_envs, 2 * args.lstm_size, device=device) for _ in range(2))
     initial_h, initial_c = torch.zeros_like(lstm_h), torch.zeros_like(lstm_c)  # at the rollout's start
     obs_buf = torch.zeros(num_steps, n_envs, obs_dim, device=device)
     first_buf = torch.zeros(num_steps, n_envs, device=device)
@@ -424,7 +432,8 @@ def main(args: Args) -> dict:
             checkpoints.save("ppo_lstm.pt", envs, None, counters())
             policy = DeterministicPolicy(agent, obs_rms if args.normalize else None,
                                          *((None, None) if discrete else (space.low, space.high)))
-            export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo_lstm.pt2"), state_sizes=(args.lstm_size,) * 2)
+            export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo_lstm.pt2"),
+                          state_sizes=(2 * args.lstm_size,) * 2)
     finally:
         envs.close()
         summary = logger.close(checkpoint=checkpoints.last)

@@ -5,6 +5,8 @@
 
 A checkpoint (`.pt`) is evaluated through the policy that `--save-model` exported next to it (`.pt2`, a
 torch.export program: observation batch in, action batch out), so any algorithm's run evaluates the same way.
+A recurrent policy (algos/ppo_lstm.py) also takes and returns its state, which is carried through each episode
+from zeros; a run trained with --mask-velocity is evaluated on the same masked observations.
 """
 
 from __future__ import annotations
@@ -43,16 +45,17 @@ def main(args: Args) -> dict:
     path = policy_path(args.path)
     folder = os.path.dirname(os.path.abspath(path))
     config = os.path.join(folder, "args.json")
-    trained_on = None
+    trained_on, mask_velocity = None, False
     if os.path.exists(config):
         with open(config) as f:
-            trained_on = json.load(f).get("env_id")
+            saved_args = json.load(f)
+        trained_on, mask_velocity = saved_args.get("env_id"), saved_args.get("mask_velocity", False)
     env_id = args.env_id or trained_on
     check(env_id is not None, f"no args.json next to {path} to say its env: pass --env-id")
     corrupt = f"cannot load {path}: not an exported policy (truncated?); re-export it by training with --save-model"
     check(zipfile.is_zipfile(path), corrupt)
     try:
-        policy = torch.export.load(path).module()
+        policy = RecurrentState(torch.export.load(path))
     except Exception:  # a foreign or damaged archive
         raise UserError(corrupt) from None
     try:
@@ -64,6 +67,8 @@ def main(args: Args) -> dict:
         raise UserError(f"{env_id} or --capture-video needs an extra package: {err}") from None
     except gym.error.Error as err:
         raise UserError(f"cannot make {env_id!r} ({err}); pass a registered --env-id") from None
+    if mask_velocity:
+        env = without_velocities(env, env_id)
     check_policy_fits(policy, env, path, env_id, trained_on)
     try:
         returns, lengths = run_episodes(policy, env, args)
@@ -92,6 +97,38 @@ def policy_path(path: str) -> str:
     return path
 
 
+class RecurrentState:
+    """An exported policy called one observation at a time. A recurrent one takes and returns its state after
+    the observation and the action; that state is carried between calls and zeroed by `reset`."""
+
+    def __init__(self, program):
+        self.policy = program.module()
+        placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+        inputs = [placeholders[name] for name in program.graph_signature.user_inputs]
+        self.state_sizes = [int(node.meta["val"].shape[1]) for node in inputs[1:]]
+        self.reset()
+
+    def reset(self) -> None:
+        self.state = [torch.zeros(1, size) for size in self.state_sizes]
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        if not self.state_sizes:
+            return self.policy(obs)
+        action, *self.state = self.policy(obs, *self.state)
+        return action
+
+
+def without_velocities(env: gym.Env, env_id: str) -> gym.Env:
+    """The env's observations without their velocities, as the device envs' --mask-velocity gives them."""
+    from turborl.torch_envs import TORCH_ENVS
+
+    check(env_id in TORCH_ENVS, f"--mask-velocity is defined for {', '.join(TORCH_ENVS)}, not {env_id}")
+    space = env.observation_space
+    keep = [i for i in range(space.shape[0]) if i not in TORCH_ENVS[env_id].velocities]
+    masked = gym.spaces.Box(space.low[keep], space.high[keep], dtype=space.dtype)
+    return gym.wrappers.TransformObservation(env, lambda obs: obs[keep], masked)
+
+
 def check_policy_fits(policy, env, path: str, env_id: str, trained_on: str | None) -> None:
     """One action on a sampled observation: an env whose observations or actions the policy does not fit is
     an input error, not a failure halfway through an episode."""
@@ -100,6 +137,7 @@ def check_policy_fits(policy, env, path: str, env_id: str, trained_on: str | Non
     try:
         with torch.no_grad():
             action = policy(torch.as_tensor(obs_space.sample(), dtype=torch.float32).unsqueeze(0))[0]
+        policy.reset()
     except Exception:  # torch.export's shape guards
         raise UserError(f"{path} does not take {env_id}'s observations (shape {obs_space.shape}){hint}") from None
     discrete = isinstance(action_space, gym.spaces.Discrete)
@@ -113,6 +151,7 @@ def run_episodes(policy, env, args: Args) -> tuple[list[float], list[int]]:
     returns, lengths = [], []
     for episode in range(args.episodes):
         obs, _ = env.reset(seed=args.seed + episode)
+        policy.reset()
         done, total, length = False, 0.0, 0
         while not done:
             with torch.no_grad():
