@@ -33,9 +33,9 @@ def test_each_lstm_is_torchs_lstm_cell():
 
 
 def test_learns_cartpole_without_velocities(tmp_path):
-    # Budget measured on CPU (seed 1): the mean of the last 20 episodes passes ~200 by 150k steps; the
-    # memoryless MLP PPO on the same masked task stays below ~50 (results/learning-cpu).
-    result = run_script("ppo_lstm", "--mask-velocity", "--total-timesteps", "150000", "--runs-dir", str(tmp_path))
+    # Budget measured on CPU (seed 1): the mean of the last 20 episodes is ~210 at 100k steps; a policy that
+    # ignores its memory, or an LSTM not reset at episode starts, stays far below (the MLP: ~45 at 500k).
+    result = run_script("ppo_lstm", "--mask-velocity", "--total-timesteps", "100000", "--runs-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     [run_dir] = glob.glob(str(tmp_path / "CartPole-v1__ppo_lstm__1__*"))
     returns = metric(run_dir, "episodic_return")
