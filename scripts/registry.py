@@ -119,9 +119,9 @@ ALGORITHMS = {
                  flags=("--stop-at-return", "475")),
             Task("ppo_device_envs", "CartPole-v1", 2_000_000, 2_000_000, variant="torch-solve128",
                  flags=("--num-envs", "128", "--num-steps", "16", "--stop-at-return", "475")),
-            # The memoryless policy on the velocity-masked task, with ppo_lstm's env count, learning rate and budget.
+            # The memoryless policy on the velocity-masked task, with ppo_lstm's settings there and its budget.
             Task("ppo_device_envs", "CartPole-v1", 500_000, 500_000, variant="torch-masked",
-                 flags=("--mask-velocity", "--num-envs", "8", "--learning-rate", "1e-3"))),
+                 flags=("--mask-velocity", "--num-envs", "8", "--learning-rate", "1e-3", "--normalize", "True"))),
         tests={"ppo-device-envs": TestRun("ppo_device_envs", ("--total-timesteps", "1536", "--num-steps", "64",
                                                               "--log-every", "1"), "policy_loss", 1000),
                "ppo-device-envs-bf16": TestRun("ppo_device_envs", ("--num-envs", "8", "--num-steps", "16", "--bf16",
