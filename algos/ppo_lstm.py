@@ -68,8 +68,8 @@ class Args(RunArgs):
     """value loss coefficient"""
     max_grad_norm: float = 0.5
     """gradient clipping norm"""
-    normalize: bool | None = None
-    """normalize observations and rewards with running statistics (default: on)"""
+    normalize: bool = True
+    """normalize observations and rewards with running statistics"""
     env_backend: str = "torch"
     """where the envs run: torch (classic control on the device, common/torch_envs.py)"""
     stop_at_return: float | None = None
@@ -82,9 +82,9 @@ class Args(RunArgs):
 # reached ~40 at 100k steps, 1e-3 ~210 at 100k and 344 at 500k, 1e-3 with normalization ~470 at 115k: the
 # LSTMs infer velocities from differences of positions, which normalization scales up.
 DISCRETE_DEFAULTS = dict(total_timesteps=500_000, learning_rate=1e-3, num_envs=8, update_epochs=4,
-                         ent_coef=0.01, normalize=True)
+                         ent_coef=0.01)
 CONTINUOUS_DEFAULTS = dict(total_timesteps=1_000_000, learning_rate=3e-4, num_envs=16, update_epochs=10,
-                           ent_coef=0.0, normalize=True)
+                           ent_coef=0.0)
 
 
 def layer(n_in: int, n_out: int, std: float = math.sqrt(2), bias: bool = True) -> nn.Linear:

@@ -2,7 +2,10 @@
 (Eager = compile, and exact resumes, run for its registry test runs in tests/test_paths.py and test_resume.py.)"""
 
 import glob
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -10,7 +13,7 @@ import torch
 from torch import nn
 
 from algos.ppo_lstm import Agent
-from tests.helpers import assert_user_error, metric, run_script
+from tests.helpers import ROOT, assert_user_error, metric, run_script
 
 
 def test_each_lstm_is_torchs_lstm_cell():
@@ -33,13 +36,13 @@ def test_each_lstm_is_torchs_lstm_cell():
 
 
 def test_learns_cartpole_without_velocities(tmp_path):
-    # Budget measured on CPU (seed 1): the mean of the last 20 episodes is ~210 at 100k steps; a policy that
-    # ignores its memory, or an LSTM not reset at episode starts, stays far below (the MLP: ~45 at 500k).
-    result = run_script("ppo_lstm", "--mask-velocity", "--total-timesteps", "100000", "--runs-dir", str(tmp_path))
+    # Budget measured on CPU (seed 1): the mean of the last 20 episodes reaches 478 in 60k steps; the memoryless
+    # MLP PPO with the same settings stays at ~45 over 500k steps (results/learning-cpu).
+    result = run_script("ppo_lstm", "--mask-velocity", "--total-timesteps", "60000", "--runs-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     [run_dir] = glob.glob(str(tmp_path / "CartPole-v1__ppo_lstm__1__*"))
     returns = metric(run_dir, "episodic_return")
-    assert np.mean(returns[-20:]) >= 150, returns[-20:]
+    assert np.mean(returns[-20:]) >= 300, returns[-20:]  # measured: 478
 
 
 def test_exported_policy_carries_the_lstm_state(tmp_path):
@@ -68,6 +71,13 @@ def test_exported_policy_carries_the_lstm_state(tmp_path):
         torch.testing.assert_close(h, expected_h)
         torch.testing.assert_close(c, expected_c)
     assert h.abs().sum() > 0
+
+    # scripts/evaluate.py carries the state through each episode, on observations masked as in training.
+    evaluation = subprocess.run([sys.executable, "scripts/evaluate.py", run_dir, "--episodes", "2"], cwd=ROOT,
+                                capture_output=True, text=True, check=False)
+    assert evaluation.returncode == 0, evaluation.stderr[-2000:]
+    with open(os.path.join(run_dir, "evaluation.json")) as f:
+        assert len(json.load(f)["returns"]) == 2
 
 
 @pytest.mark.parametrize("flags, words", [
