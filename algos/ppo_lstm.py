@@ -1,6 +1,8 @@
-"""Recurrent PPO: an LSTM policy on envs that run on the device (`--env-backend torch`), the whole iteration one
-graph as in algos/ppo_device_envs.py: the recurrent rollout (policy, physics, autoreset, storage), GAE and every
-epoch of sequence minibatches are one captured function, replayed once per iteration.
+"""Recurrent PPO: an LSTM policy in four execution paths. On envs that run on the device (`--env-backend torch`,
+the default) the whole iteration is one graph, as in algos/ppo_device_envs.py: the recurrent rollout (policy,
+physics, autoreset, storage), GAE and every epoch of sequence minibatches are one captured function, replayed
+once per iteration. On gymnasium envs (`--env-backend gymnasium`) the act step is captured as in algos/ppo.py
+(the envs' answer in, the next action out) and the learning phase (GAE, every epoch) is one captured function.
 
 The algorithm is CleanRL's ppo_atari_lstm.py for vector observations: the LSTM state is carried through the
 rollout and zeroed where an episode starts; a minibatch is a set of whole env sequences, and the update re-runs
@@ -22,7 +24,7 @@ from torch import nn
 
 from turborl.checkpoints import Checkpoints, export_policy
 from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
-from turborl.envs import action_space, make_env, track_episodes
+from turborl.envs import EnvLink, EnvStep, action_space, final_observations, make_env, track_episodes
 from turborl.logger import RunLogger
 from turborl.numerics import RunningMeanStd, reverse_scan
 from turborl.paths import ExecutionPath
@@ -31,7 +33,7 @@ from turborl.paths import ExecutionPath
 @dataclass
 class Args(RunArgs):
     env_id: str = "CartPole-v1"
-    """id of a device env (Discrete or Box actions): CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCar-v0, ..."""
+    """env id (Discrete or Box actions, flat Box observations); device envs: CartPole-v1, Pendulum-v1, ..."""
     mask_velocity: bool = False
     """leave the velocities out of the observation (a partially observed task: the policy must remember)"""
     seed: int = 1
@@ -71,7 +73,9 @@ class Args(RunArgs):
     normalize: bool = True
     """normalize observations and rewards with running statistics"""
     env_backend: str = "torch"
-    """where the envs run: torch (classic control on the device, common/torch_envs.py)"""
+    """where the envs run: torch (classic control on the device, common/torch_envs.py) or gymnasium"""
+    async_envs: bool = False
+    """gymnasium envs in subprocesses (for simulators slower than a subprocess round trip)"""
     stop_at_return: float | None = None
     """stop once the mean return of the last 100 episodes reaches this (time-to-solve benchmarks)"""
 
@@ -190,8 +194,9 @@ class DeterministicPolicy(nn.Module):
 
 def resolve_defaults(args: Args) -> bool:
     """Fill the defaults chosen by the action space, check every value; returns whether actions are discrete."""
-    check(args.env_backend == "torch", "algos/ppo_lstm.py runs on device envs: --env-backend torch")
     space = action_space(args.env_id, args.env_backend)
+    check(isinstance(space, (gym.spaces.Discrete, gym.spaces.Box)),
+          f"PPO needs Discrete or Box actions but {args.env_id} has {space}; pick e.g. CartPole-v1 or Pendulum-v1")
     discrete = isinstance(space, gym.spaces.Discrete)
     for name, value in (DISCRETE_DEFAULTS if discrete else CONTINUOUS_DEFAULTS).items():
         if getattr(args, name) is None:
@@ -217,8 +222,13 @@ def main(args: Args) -> dict:
     device = pick_device(args.cuda)
     path = ExecutionPath(args, device)
     seed_everything(args.seed)
-    envs = make_env(args.env_id, args.num_envs, args.seed, algo="PPO", backend="torch", device=str(device),
-                    mask_velocity=args.mask_velocity)
+    on_device = args.env_backend == "torch"
+    envs = make_env(args.env_id, args.num_envs, args.seed, algo="PPO", backend=args.env_backend, device=str(device),
+                    mask_velocity=args.mask_velocity, capture_video=args.capture_video,
+                    video_dir=os.path.join(args.runs_dir, "videos"), asynchronous=args.async_envs)
+    obs_space = envs.single_observation_space
+    check(isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1,
+          f"PPO here takes flat Box observations but {args.env_id} has {obs_space}; pick e.g. CartPole-v1")
     logger = RunLogger(args, "ppo_lstm", args.total_timesteps, device, run_root=args.runs_dir)
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, envs.single_observation_space.shape[0]
     batch_size, envs_per_minibatch = n_envs * num_steps, n_envs // args.num_minibatches
@@ -255,7 +265,7 @@ def main(args: Args) -> dict:
     action_high = torch.as_tensor(space.high if not discrete else 0, dtype=torch.float32, device=device)
     metric_names = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"]
     metrics = torch.zeros(len(metric_names), device=device)  # the last minibatch's, read when logging
-    episodes = track_episodes("torch", n_envs, device, steps_per_read=num_steps)
+    episodes = track_episodes(args.env_backend, n_envs, device, steps_per_read=num_steps)
 
     def put(storage, index, value):
         """storage[index] = value for a 0-dim device index: plain indexing would read the index on the host."""
@@ -268,38 +278,62 @@ def main(args: Args) -> dict:
             obs_rms.update(x)
         return ((x - obs_rms.mean) / torch.sqrt(obs_rms.var + 1e-8)).clamp(-10, 10)
 
-    def env_step() -> None:
-        """Act on `obs` with the carried LSTM state, step the envs, store the whole transition at the step's slot."""
+    def choose_action() -> torch.Tensor:
+        """Act on `obs` with the carried LSTM states: store the obs, whether it starts an episode, the action, its
+        log-probability and value at the step's slot; returns the action for the envs."""
         normalized_obs = normalize_obs(obs, update=True)
         keep = (1 - first).unsqueeze(1)
         with torch.no_grad():
             h, c = agent.cell(agent.gate_inputs(normalized_obs), lstm_h * keep, lstm_c * keep)
             action, logprob = agent.sample(h, noise.index_select(0, step_index.view(1)).squeeze(0))
             value = agent.value(h)
-        env_action = action if discrete else action.clamp(action_low, action_high)  # the env gets a valid action
-        next_obs, reward, terminated, truncated, infos = envs.step(env_action)
-        terminated, truncated = terminated.float(), truncated.float()
+        for storage, stored in ((obs_buf, normalized_obs), (first_buf, first), (actions, action),
+                                (logprobs, logprob), (values, value)):
+            put(storage, step_index, stored)
+        lstm_h.copy_(h)
+        lstm_c.copy_(c)
+        step_index.add_(1)
+        return action if discrete else action.clamp(action_low, action_high)  # the env gets a valid action
+
+    def record(step: EnvStep) -> None:
+        """Store the envs' answer to the last action at its slot; take the next obs and whether it is the first
+        of an episode."""
+        slot = step_index - 1
+        terminated, truncated = step.terminated.float(), step.truncated.float()
         with torch.no_grad():  # a time limit is not a termination: bootstrap with the value of the state reached
-            final_h, _ = agent.cell(agent.gate_inputs(normalize_obs(infos["final_obs"], update=False)), h, c)
-            final_value = args.gamma * agent.value(final_h) * truncated
+            final_h, _ = agent.cell(agent.gate_inputs(normalize_obs(step.final_obs, update=False)), lstm_h, lstm_c)
+            put(bootstrap, slot, args.gamma * agent.value(final_h) * truncated)
+        reward = step.reward
         if args.normalize:  # gymnasium's NormalizeReward: scale by the std of a discounted return, then clip
             discounted_return.copy_(discounted_return * args.gamma * (1 - terminated) + reward)
             return_rms.update(discounted_return)
             reward = (reward / torch.sqrt(return_rms.var + 1e-8)).clamp(-10, 10)
-        episode_ended = torch.maximum(terminated, truncated)
-        for storage, stored in ((obs_buf, normalized_obs), (first_buf, first), (actions, action),
-                                (logprobs, logprob), (values, value), (rewards, reward), (ended, episode_ended),
-                                (bootstrap, final_value)):
-            put(storage, step_index, stored)
-        obs.copy_(next_obs)
-        first.copy_(episode_ended)
-        lstm_h.copy_(h)
-        lstm_c.copy_(c)
-        episodes.record(infos)
-        step_index.add_(1)
+        put(rewards, slot, reward)
+        put(ended, slot, torch.maximum(terminated, truncated))
+        obs.copy_(step.next_obs)
+        first.copy_(torch.maximum(terminated, truncated))
 
-    def finish_rollout() -> None:
-        """GAE over the rollout and every epoch's order of envs."""
+    def env_step() -> None:
+        """One step of device envs: act, step the physics, store the answer."""
+        action = choose_action()
+        next_obs, reward, terminated, truncated, infos = envs.step(action)
+        record(EnvStep(reward, terminated, truncated, infos["final_obs"], next_obs))
+        episodes.record(infos)
+
+    def act(step: EnvStep, first_of_rollout: bool) -> torch.Tensor:
+        """One step of gymnasium envs, on the device: store their answer to the last action (the rollout's last
+        is stored by `finish_rollout`), choose the next."""
+        if first_of_rollout:
+            obs.copy_(step.next_obs)
+        else:
+            record(step)
+        return choose_action()
+
+    def finish_rollout(last: EnvStep | None) -> None:
+        """The answer to the rollout's last action (gymnasium envs; device envs stored it), GAE over the rollout
+        and every epoch's order of envs."""
+        if last is not None:
+            record(last)
         step_index.zero_()
         keep = (1 - first).unsqueeze(1)
         with torch.no_grad():
@@ -370,18 +404,27 @@ def main(args: Args) -> dict:
                                        ((ratio - 1) - logratio).mean(),
                                        ((ratio - 1).abs() > args.clip_coef).float().mean()]))
 
+    def learn(last: EnvStep | None) -> None:
+        finish_rollout(last)
+        for minibatch in minibatches:
+            update(minibatch, unroll(minibatch))
+
     def iteration_on_device() -> None:
         start_rollout()
         for _ in range(num_steps):
             env_step()
-        finish_rollout()
-        for minibatch in minibatches:
-            update(minibatch, unroll(minibatch))
+        learn(None)
 
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls.
-    env_step, finish_rollout, update = path.compile(env_step), path.compile(finish_rollout), path.compile(update)
-    lstm_step = path.compile(lstm_step)
-    iteration_on_device = path.capture(iteration_on_device)
+    env_step, act, finish_rollout = path.compile(env_step), path.compile(act), path.compile(finish_rollout)
+    update, lstm_step = path.compile(update), path.compile(lstm_step)
+    link = None if on_device else EnvLink(n_envs, obs_dim, action_shape, actions.dtype, device, envs_on_device=False)
+    if on_device:
+        iteration_on_device = path.capture(iteration_on_device)
+    else:
+        act_first = path.capture(lambda: link.send_action(act(link.receive(), first_of_rollout=True)))
+        act_next = path.capture(lambda: link.send_action(act(link.receive(), first_of_rollout=False)))
+        learn_from_rollout = path.capture(lambda: learn(link.receive()))
 
     # TRY NOT TO MODIFY: checkpoints and resume
     checkpoints = Checkpoints(
@@ -393,12 +436,17 @@ def main(args: Args) -> dict:
     recent_returns: collections.deque = collections.deque(maxlen=100)
     start_iteration, global_step = 0, 0
     if args.resume:
-        envs, saved = checkpoints.resume(envs, link=None)
+        restored, saved = checkpoints.resume(envs, link)
+        if restored is envs:  # envs that cannot be saved restart with fresh episodes: fresh LSTM states too
+            first.fill_(1.0)
+        envs = restored
         optimizer.param_groups[0]["lr"] = lr  # the device tensor that annealing writes, not the loaded copy
         recent_returns.extend(saved["recent_returns"])
         start_iteration, global_step = saved["iteration"], saved["global_step"]
-    else:
+    elif on_device:
         obs.copy_(envs.reset(seed=args.seed)[0])
+    else:
+        link.reset(envs.reset(seed=args.seed)[0])
 
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "recent_returns": list(recent_returns)}
@@ -410,14 +458,29 @@ def main(args: Args) -> dict:
         for iteration in range(start_iteration, num_iterations):
             if args.anneal_lr:
                 lr.fill_(args.learning_rate * (1 - iteration / num_iterations))
-            iteration_on_device()  # recurrent rollout, GAE, every epoch of sequence updates
-            finished = episodes.read()  # those that ended in the previous iteration, read while this one runs
-            episodes.copy()
+            if on_device:
+                iteration_on_device()  # recurrent rollout, GAE, every epoch of sequence updates
+                finished = episodes.read()  # those that ended in the previous iteration, read while this one runs
+                episodes.copy()
+                global_step += batch_size
+                logger.log_episodes(global_step, finished)
+                logger.progress(global_step)
+            else:
+                start_rollout()
+                finished = []
+                for step in range(num_steps):
+                    (act_next if step else act_first)()  # on the device: store the last answer, choose the action
+                    link.action_queued()
+                    next_obs, reward, terminated, truncated, infos = envs.step(link.action())
+                    global_step += n_envs
+                    link.send(EnvStep(reward, terminated, truncated, final_observations(next_obs, infos), next_obs))
+                    ended_now = episodes.after_step(infos)
+                    finished += ended_now
+                    logger.log_episodes(global_step, ended_now)
+                    logger.progress(global_step)
+                learn_from_rollout()  # the last answer, GAE, every epoch of sequence updates
             recent_returns.extend(episodic_return for episodic_return, _ in finished)
-            global_step += batch_size
             next_iteration = iteration + 1
-            logger.log_episodes(global_step, finished)
-            logger.progress(global_step)
             if iteration % log_interval == 0:
                 logger.log(global_step, learning_rate=lr.item(), **dict(zip(metric_names, metrics.tolist(),
                                                                             strict=True)))
@@ -426,13 +489,13 @@ def main(args: Args) -> dict:
                 logger.log(global_step, solved_seconds=logger.elapsed())
                 break
             if checkpoints.due(global_step, batch_size):
-                checkpoints.save_periodic(envs, None, counters())
+                checkpoints.save_periodic(envs, link, counters())
             if logger.stop.requested:  # Ctrl-C or a non-finite loss: stop where an iteration ends
                 break
-        if not logger.stop.requested:  # a stopped run's stay in its checkpoint, for the resumed run to log
+        if on_device and not logger.stop.requested:  # a stopped run's stay in its checkpoint, for the resumed run
             logger.log_episodes(global_step, episodes.read())  # the last iteration's
         if args.save_model:
-            checkpoints.save("ppo_lstm.pt", envs, None, counters())
+            checkpoints.save("ppo_lstm.pt", envs, link, counters())
             policy = DeterministicPolicy(agent, obs_rms if args.normalize else None,
                                          *((None, None) if discrete else (space.low, space.high)))
             export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo_lstm.pt2"),

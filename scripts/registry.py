@@ -137,6 +137,8 @@ ALGORITHMS = {
             Task("ppo_lstm", "CartPole-v1", 500_000, 500_000, variant="masked", flags=("--mask-velocity",)),),
         tests={"ppo-lstm": TestRun("ppo_lstm", ("--mask-velocity", "--total-timesteps", "1024", "--num-steps",
                                                 "16", "--log-every", "1"), "policy_loss", 600),
+               "ppo-lstm-gymnasium": TestRun("ppo_lstm", ("--env-backend", "gymnasium", "--total-timesteps", "1024",
+                                                          "--num-steps", "16", "--log-every", "1"), "policy_loss", 600),
                "ppo-lstm-continuous": TestRun("ppo_lstm", ("--env-id", "Pendulum-v1", "--num-envs", "4",
                                                            "--num-minibatches", "2", "--num-steps", "16",
                                                            "--update-epochs", "2", "--total-timesteps", "512",

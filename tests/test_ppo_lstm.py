@@ -82,7 +82,8 @@ def test_exported_policy_carries_the_lstm_state(tmp_path):
 
 @pytest.mark.parametrize("flags, words", [
     (["--num-minibatches", "3"], ["--num-minibatches 3", "--num-envs 8", "whole env sequences"]),
-    (["--env-backend", "gymnasium"], ["device envs", "--env-backend torch"]),
+    (["--env-backend", "gymnasium", "--mask-velocity"], ["--mask-velocity", "--env-backend torch"]),
+    (["--env-backend", "gymnasium", "--env-id", "Blackjack-v1"], ["flat Box observations"]),
     (["--env-id", "LunarLander-v3"], ["--env-backend torch has no LunarLander-v3"]),
     (["--lstm-size", "0"], ["--lstm-size must be positive"]),
 ])
