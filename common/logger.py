@@ -13,6 +13,8 @@ import sys
 import time
 from collections import deque
 
+import torch
+
 from .cli import GracefulStop, UserError
 
 
@@ -36,6 +38,7 @@ class RunLogger:
         env_name = args.env_id.replace("/", "-")  # a namespaced id (ALE/Breakout-v5) names one folder, not two
         self.dir = make_run_dir(run_root, f"{env_name}__{algo}__{args.seed}__{int(time.time())}")
         self.run_name = os.path.basename(self.dir)
+        self.device = torch.device(device)
         self.args = dataclasses.asdict(args)
         self._csv_path = os.path.join(self.dir, "metrics.csv")
         try:
@@ -150,6 +153,13 @@ class RunLogger:
         """The last window's speed, once there is one."""
         return self._window_sps if self._window_sps == self._window_sps else self._step / max(now - self.start, 1e-9)
 
+    def peak_gpu_memory_mb(self) -> float | None:
+        """MiB the run held on its GPU at most: the caching allocator's reserve, captured graphs' memory pools
+        included, the CUDA context (a few hundred MiB per process) not. None off CUDA."""
+        if self.device.type != "cuda":
+            return None
+        return torch.cuda.max_memory_reserved(self.device) / 2**20
+
     def close(self, checkpoint: str | None = None, **extra) -> dict:
         """Write summary.json and close everything; returns the summary. Its `status`: done, interrupted
         (Ctrl-C), stopped (a non-finite loss) or failed (an exception is on its way out: the caller reports it)."""
@@ -168,6 +178,7 @@ class RunLogger:
             "mean_return_last20": self.mean_return(),
             "checkpoint": checkpoint,
             "run_dir": self.dir,
+            "peak_gpu_memory_mb": self.peak_gpu_memory_mb(),
             **extra,
         }
         if self._bar is not None:

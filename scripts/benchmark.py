@@ -173,6 +173,7 @@ def run_one(task: Task, path: str, seed: int, scale: float, timeout: float) -> d
         "final_return": result["summary"]["mean_return_last20"],
         "solved_seconds": (metric_values(metrics_csv, "solved_seconds") or [None])[-1],
         "episodes": result["summary"]["episodes"],
+        "peak_gpu_memory_mb": result["summary"].get("peak_gpu_memory_mb"),
         "curve": return_curve(metrics_csv),
     }
 

@@ -56,13 +56,14 @@ def fmt(value, spec: str = ",.0f") -> str:
 
 def speed_table(runs: list[dict]) -> list[str]:
     """Steps/s per task and path (median over seeds), the speed-up of the fastest path over eager, and its
-    time per step next to the floor (its hot functions replayed alone)."""
+    time per step next to the floor (its hot functions replayed alone), startup and peak GPU memory."""
     cells = defaultdict(list)
     for run in runs:
         cells[(run["algo"], run["env_id"], run["path"])].append(run)
     tasks = sorted({(run["algo"], run["env_id"]) for run in runs})
-    lines = ["| algo | env | " + " | ".join(PATHS) + " | fastest / eager | us/step (floor) | startup s |",
-             "|---|---|" + "---:|" * (len(PATHS) + 3)]
+    lines = ["| algo | env | " + " | ".join(PATHS) + " | fastest / eager | us/step (floor) | startup s "
+             "| peak GPU MiB |",
+             "|---|---|" + "---:|" * (len(PATHS) + 4)]
     for algo, env_id in tasks:
         sps, row = {}, []
         for path in PATHS:
@@ -81,7 +82,9 @@ def speed_table(runs: list[dict]) -> list[str]:
         spec = ".0f" if best and 1e6 / sps[best] >= 10 else ".3f"  # thousands of envs: under 1 us per env step
         per_step = f"{fmt(1e6 / sps[best], spec)} ({fmt(floor, spec)})" if best else "–"
         startup = fmt(statistics.median([r["startup_seconds"] for r in best_runs]), ".1f") if best_runs else "–"
-        lines.append(f"| {algo} | {env_id} | " + " | ".join(row) + f" | {speedup} | {per_step} | {startup} |")
+        memory = [r["peak_gpu_memory_mb"] for r in best_runs if r.get("peak_gpu_memory_mb") is not None]
+        peak = fmt(statistics.median(memory), ",.0f") if memory else "–"  # recorded since runs report it
+        lines.append(f"| {algo} | {env_id} | " + " | ".join(row) + f" | {speedup} | {per_step} | {startup} | {peak} |")
     return lines
 
 

@@ -160,6 +160,7 @@ def test_run_logger_writes_metrics_and_summary(tmp_path):
     assert args["env_id"] == "Test-v0" and args["device"] == "cpu"  # the device used, not the --cuda wish
     saved = json.load(open(os.path.join(logger.dir, "summary.json")))
     assert saved["steps"] == 3000 and saved["status"] == "done" and saved["checkpoint"] is None
+    assert saved["peak_gpu_memory_mb"] is None  # a CPU run (tests/test_gpu.py checks a CUDA run's)
 
 
 def test_run_folders_are_unique_even_when_runs_start_in_the_same_second(tmp_path, monkeypatch):

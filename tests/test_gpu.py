@@ -1,6 +1,7 @@
 """GPU checks (skipped without CUDA): capture works, the four paths compute the same thing, RNG advances."""
 
 import glob
+import json
 
 import pytest
 import torch
@@ -104,3 +105,13 @@ def test_resumed_compiled_captured_run_continues_the_run(tmp_path):
     expected, got = losses(str(tmp_path / "a")), losses(str(tmp_path / "b"))
     assert len(expected) > 20 and [s for s, _ in got] == [s for s, _ in expected]
     torch.testing.assert_close([v for _, v in got], [v for _, v in expected], rtol=1e-3, atol=1e-5)
+
+
+def test_summary_records_the_runs_peak_gpu_memory(tmp_path):
+    result = run_script("dqn", "--total-timesteps", "1500", "--learning-starts", "500", "--cudagraphs",
+                        "--runs-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    [summary] = glob.glob(str(tmp_path / "*" / "summary.json"))
+    with open(summary) as f:
+        peak = json.load(f)["peak_gpu_memory_mb"]
+    assert 1 < peak < 10_000  # the replay buffer of 10k CartPole transitions and the networks: tens of MiB
