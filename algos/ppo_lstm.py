@@ -308,10 +308,11 @@ def main(args: Args) -> dict:
             discounted_return.copy_(discounted_return * args.gamma * (1 - terminated) + reward)
             return_rms.update(discounted_return)
             reward = (reward / torch.sqrt(return_rms.var + 1e-8)).clamp(-10, 10)
+        episode_ended = torch.maximum(terminated, truncated)
         put(rewards, slot, reward)
-        put(ended, slot, torch.maximum(terminated, truncated))
+        put(ended, slot, episode_ended)
         obs.copy_(step.next_obs)
-        first.copy_(torch.maximum(terminated, truncated))
+        first.copy_(episode_ended)
 
     def env_step() -> None:
         """One step of device envs: act, step the physics, store the answer."""

@@ -38,9 +38,10 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         self.observed = None  # every entry
         if mask_velocity:
             space = probe.observation_space
-            self.observed = [i for i in range(space.shape[0]) if i not in self.velocities]
-            self.single_observation_space = gym.spaces.Box(space.low[self.observed], space.high[self.observed],
-                                                           dtype=space.dtype)
+            keep = [i for i in range(space.shape[0]) if i not in self.velocities]
+            self.single_observation_space = gym.spaces.Box(space.low[keep], space.high[keep], dtype=space.dtype)
+            # A device tensor: indexing with a list would copy it to the device on every step (and in a capture).
+            self.observed = torch.tensor(keep, device=device)
         self.max_episode_steps = probe.spec.max_episode_steps
         probe.close()
         self.num_envs, self.device, self.dtype = num_envs, torch.device(device), dtype
@@ -98,7 +99,7 @@ class TorchVectorEnv(gym.vector.VectorEnv):
 
     def observation(self, state: torch.Tensor) -> torch.Tensor:
         obs = self.observe(state)
-        return obs if self.observed is None else obs[:, self.observed]
+        return obs if self.observed is None else obs.index_select(1, self.observed)
 
     def initial_state(self, n: int) -> torch.Tensor:
         raise NotImplementedError

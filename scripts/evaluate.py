@@ -55,7 +55,7 @@ def main(args: Args) -> dict:
     corrupt = f"cannot load {path}: not an exported policy (truncated?); re-export it by training with --save-model"
     check(zipfile.is_zipfile(path), corrupt)
     try:
-        policy = RecurrentState(torch.export.load(path))
+        policy = EpisodePolicy(torch.export.load(path))
     except Exception:  # a foreign or damaged archive
         raise UserError(corrupt) from None
     try:
@@ -97,7 +97,7 @@ def policy_path(path: str) -> str:
     return path
 
 
-class RecurrentState:
+class EpisodePolicy:
     """An exported policy called one observation at a time. A recurrent one takes and returns its state after
     the observation and the action; that state is carried between calls and zeroed by `reset`."""
 
