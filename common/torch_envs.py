@@ -153,7 +153,9 @@ class Pendulum(TorchVectorEnv):
     max_speed, max_torque, dt, g, m, l = 8.0, 2.0, 0.05, 10.0, 1.0, 1.0  # noqa: E741
 
     def initial_state(self, n):
-        high = torch.tensor([math.pi, 1.0], device=self.device, dtype=self.dtype)
+        # Made on the device from scalar kernel arguments: a tensor built from Python numbers (or one element set
+        # to a number) is a host copy, which a CUDA graph capture refuses; this runs in the captured step.
+        high = torch.where(torch.arange(2, device=self.device) == 0, math.pi, 1.0).to(self.dtype)
         return self.uniform(-high, high, (n, 2))
 
     def observe(self, state):

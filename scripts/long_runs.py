@@ -67,6 +67,18 @@ def newest_run(runs_dir: str) -> str | None:
     return max(folders, key=os.path.getmtime) if folders else None
 
 
+def mps_daemon_running() -> bool:
+    """Whether a CUDA MPS control daemon runs on this machine: without one, CUDA quietly time-slices, whatever
+    CUDA_MPS_PIPE_DIRECTORY says."""
+    for comm in glob.glob("/proc/[0-9]*/comm"):
+        try:
+            if open(comm).read().startswith("nvidia-cuda-mps"):
+                return True
+        except OSError:  # the process ended while we looked
+            pass
+    return False
+
+
 def stitched_curve(segments: list[dict]) -> dict:
     """Episodic returns of every segment as (step, seconds, return); seconds continue across segments."""
     steps, seconds, returns, offset = [], [], [], 0.0
@@ -150,7 +162,7 @@ def main(args: Args) -> None:
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": info, "suite": "learning", "scale": 1.0,
             # CUDA MPS lets the runs' kernels share the GPU at once instead of taking turns.
-            "gpu_sharing": "mps" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "time-sliced",
+            "gpu_sharing": "mps" if mps_daemon_running() else "time-sliced",
             "concurrent_runs": max([len(started)] + [s.get("concurrent_runs", 1) for s in record["segments"]]),
             "reached": summary.get("steps", record.get("reached", 0)),
         })

@@ -131,7 +131,7 @@ ALGORITHMS = {
         "ppo_lstm", {},
         speed=(
             # The whole recurrent iteration as one graph: velocity-masked CartPole, 4096 envs x 128 steps.
-            Task("ppo_lstm", "CartPole-v1", 4096 * 128 * 40, 4096 * 128 * 3, variant="masked4096",
+            Task("ppo_lstm", "CartPole-v1", 4096 * 128 * 40, 4096 * 128 * 8, variant="masked4096",
                  flags=("--mask-velocity", "--num-envs", "4096"), cuda_only=True),),
         learning=(
             Task("ppo_lstm", "CartPole-v1", 500_000, 500_000, variant="masked", flags=("--mask-velocity",)),),

@@ -40,6 +40,11 @@ class Args:
     """write PNG plots (needs matplotlib)"""
 
 
+
+def steady_rates(runs: list[dict]) -> list[float]:
+    """The steady-state steps/s of the runs that have one (a run too short for a steady window has none)."""
+    return [r["steady_sps"] for r in runs if r["status"] == "ok" and r["steady_sps"] is not None]
+
 def load(folder: str) -> list[dict]:
     runs = []
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
@@ -68,12 +73,13 @@ def speed_table(runs: list[dict]) -> list[str]:
         sps, row = {}, []
         for path in PATHS:
             group = cells.get((algo, env_id, path), [])
-            ok = [r["steady_sps"] for r in group if r["status"] == "ok"]
+            ok = steady_rates(group)
             if ok:
                 sps[path] = statistics.median(ok)
                 row.append(fmt(sps[path]))
             else:
-                row.append("failed" if group else "–")
+                failed = any(r["status"] != "ok" for r in group)
+                row.append("failed" if failed else "no steady window" if group else "–")
         best = max(sps, key=sps.get) if sps else None
         speedup = f"{sps[best] / sps['eager']:.1f}x ({best})" if best and "eager" in sps else "–"
         best_runs = [r for r in cells.get((algo, env_id, best), []) if r["status"] == "ok"]
@@ -166,8 +172,7 @@ def plot_speed(runs: list[dict], path: str) -> None:
     for i, p in enumerate(PATHS):
         heights = []
         for task in tasks:
-            ok = [r["steady_sps"] for r in runs if (r["algo"], r["env_id"]) == task and r["path"] == p
-                  and r["status"] == "ok"]
+            ok = steady_rates([r for r in runs if (r["algo"], r["env_id"]) == task and r["path"] == p])
             heights.append(statistics.median(ok) if ok else 0)
         ax.bar([t + (i - 1.5) * width for t in range(len(tasks))], heights, width, label=p)
     ax.set_xticks(range(len(tasks)), [f"{a}\n{e}" for a, e in tasks])

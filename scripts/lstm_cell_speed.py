@@ -1,0 +1,142 @@
+"""ppo_lstm's hand-written LSTM against two nn.LSTMCell, on the work one recurrent PPO iteration does with the
+speed task's sizes: the rollout (128 steps of 4096 envs, no gradient) and the training unroll of one minibatch
+(128 steps of 1024 envs, forward and backward), each as the script runs it (a Python loop over one compiled step,
+the whole function captured), in eager and compile+cudagraphs.
+
+    python scripts/lstm_cell_speed.py --out results/experiments/lstm-cell/h200.json
+
+The hand-written cell takes the input's share of the gates from one matmul over the whole sequence; nn.LSTMCell
+multiplies the input inside every step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from algos.ppo_lstm import Agent  # noqa: E402
+from scripts.benchmark import machine  # noqa: E402
+from turborl.paths import ExecutionPath  # noqa: E402
+
+
+@dataclass
+class Args:
+    num_envs: int = 4096
+    """envs of the rollout (the training minibatch is a quarter of them, as with --num-minibatches 4)"""
+    num_steps: int = 128
+    """steps of a rollout, and of the unrolled sequences"""
+    lstm_size: int = 128
+    """units of each LSTM"""
+    repeats: int = 20
+    """timed calls of each function after its warmup"""
+    out: str = ""
+    """a JSON file for the results (none: print only)"""
+
+
+class TorchCells(nn.Module):
+    """The same two LSTMs as nn.LSTMCell; the encoders give the cells' inputs, 64 features each."""
+
+    def __init__(self, agent: Agent, lstm_size: int):
+        super().__init__()
+        self.actor_encoder, self.critic_encoder = agent.actor_encoder[:2], agent.critic_encoder[:2]
+        self.actor_cell, self.critic_cell = nn.LSTMCell(64, lstm_size), nn.LSTMCell(64, lstm_size)
+
+    def gate_inputs(self, obs):  # the cells' inputs: the input's gate share is computed inside each step
+        return torch.cat([self.actor_encoder(obs), self.critic_encoder(obs)], -1)
+
+    def cell(self, features, h, c):
+        (actor_x, critic_x), (actor_h, critic_h), (actor_c, critic_c) = features.chunk(2, -1), h.chunk(2, -1), \
+            c.chunk(2, -1)
+        actor_h, actor_c = self.actor_cell(actor_x, (actor_h, actor_c))
+        critic_h, critic_c = self.critic_cell(critic_x, (critic_h, critic_c))
+        return torch.cat([actor_h, critic_h], -1), torch.cat([actor_c, critic_c], -1)
+
+
+def synchronize():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def timed(fn, repeats: int) -> tuple[float, float]:
+    """(seconds of the first calls: compile and capture, seconds per call after them)."""
+    start = time.perf_counter()
+    for _ in range(4):
+        fn()
+    synchronize()
+    startup = time.perf_counter() - start
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    synchronize()
+    return startup, (time.perf_counter() - start) / repeats
+
+
+def measure(lstm: nn.Module, path: ExecutionPath, args: Args) -> dict:
+    device = path.device
+    steps, envs, minibatch = args.num_steps, args.num_envs, args.num_envs // 4
+    obs = torch.randn(steps, envs, 2, device=device)
+    keep = (torch.rand(steps, envs, 1, device=device) > 0.01).float()  # an episode starts at ~1% of steps
+    h0 = torch.zeros(envs, 2 * args.lstm_size, device=device)
+
+    def lstm_step(gate_input, keep, h, c):
+        return lstm.cell(gate_input, h * keep, c * keep)
+
+    step = path.compile(lstm_step)
+
+    def rollout():
+        h, c = h0, h0
+        with torch.no_grad():
+            for t in range(steps):
+                h, c = step(lstm.gate_inputs(obs[t]), keep[t], h, c)
+        return h
+
+    def train_unroll():
+        gate_inputs = lstm.gate_inputs(obs[:, :minibatch])
+        h, c, hidden = h0[:minibatch], h0[:minibatch], []
+        for gate_input, keep_step in zip(gate_inputs.unbind(0), keep[:, :minibatch].unbind(0), strict=True):
+            h, c = step(gate_input, keep_step, h, c)
+            hidden.append(h)
+        torch.stack(hidden).square().mean().backward()
+
+    rollout_startup, rollout_seconds = timed(path.capture(rollout), args.repeats)
+    train_startup, train_seconds = timed(path.capture(train_unroll), args.repeats)
+    return {"rollout_ms": 1e3 * rollout_seconds, "train_unroll_ms": 1e3 * train_seconds,
+            "startup_seconds": rollout_startup + train_startup}
+
+
+def main(args: Args) -> None:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # CPU: a check that it runs
+    rows = []
+    for path_name, on in (("eager", False), ("compile+cudagraphs", True)):
+        for lstm_name in ("hand-written", "nn.LSTMCell"):
+            torch.manual_seed(0)
+            agent = Agent(obs_dim=2, n_out=2, discrete=True, lstm_size=args.lstm_size)
+            lstm = (agent if lstm_name == "hand-written" else TorchCells(agent, args.lstm_size)).to(device)
+            run_flags = SimpleNamespace(compile=on, cudagraphs=on, max_autotune=False, inductor=[])
+            rows.append({"lstm": lstm_name, "path": path_name,
+                         **measure(lstm, ExecutionPath(run_flags, device), args)})
+            print(rows[-1], flush=True)
+    print(f"\n{'lstm':14} {'path':20} {'rollout ms':>11} {'train unroll ms':>16} {'startup s':>10}")
+    for row in rows:
+        print(f"{row['lstm']:14} {row['path']:20} {row['rollout_ms']:11.2f} {row['train_unroll_ms']:16.2f} "
+              f"{row['startup_seconds']:10.1f}")
+    if args.out:
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump({"command": "python " + " ".join(sys.argv), "args": vars(args), "machine": machine(),
+                       "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    import tyro
+
+    main(tyro.cli(Args, description=__doc__.split("\n\n")[0]))
