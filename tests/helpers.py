@@ -31,11 +31,12 @@ def metrics_after(runs_dir: str, step: int) -> list[tuple]:
                 if r["name"] != "sps" and int(r["step"]) > step]
 
 
-def run_script(script: str, *flags: str, cwd: str | None = None, timeout: float = 600):
-    """Run `python algos/<script>.py flags...` as a user would; returns the CompletedProcess."""
+def run_script(script: str, *flags: str, cwd: str | None = None, timeout: float = 600, env: dict | None = None):
+    """Run `python algos/<script>.py flags...` as a user would (`env`: variables added to the environment);
+    returns the CompletedProcess."""
     return subprocess.run(
         [sys.executable, os.path.join(ROOT, "algos", f"{script}.py"), *flags],
-        cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
+        cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
     )
 
 

@@ -67,10 +67,13 @@ def test_discrete_env_is_a_user_error(tmp_path, algo):
                       "continuous", "Pendulum-v1")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mujoco") is not None, reason="mujoco is installed")
 @pytest.mark.parametrize("algo", ["td3", "sac"])
 def test_default_mujoco_task_without_the_extra_is_a_user_error(tmp_path, algo):
-    assert_user_error(run_script(algo, "--runs-dir", str(tmp_path)), "HalfCheetah-v5", "pip install -e '.[mujoco]'")
+    hidden = tmp_path / "without_mujoco" / "mujoco"  # first on the path: `import mujoco` fails as if not installed
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError(\"No module named 'mujoco'\")\n")
+    result = run_script(algo, "--runs-dir", str(tmp_path), env={"PYTHONPATH": str(hidden.parent)})
+    assert_user_error(result, "HalfCheetah-v5", "pip install -e '.[mujoco]'")
 
 
 def test_a_compiled_run_does_not_print_torchs_profiler_notice(tmp_path):
