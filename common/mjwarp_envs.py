@@ -11,6 +11,8 @@ graph, physics included (warp launches its kernels on torch's stream, inside tor
 Where it differs from gymnasium's env (tests/test_mjwarp_envs.py measures it):
 - float32 physics (MuJoCo's C engine computes in float64);
 - Humanoid-v5's XML asks for the PGS solver, which MuJoCo Warp lacks: it runs the Newton solver;
+- Ant-v5's contacts: with its XML's pyramidal friction cones, MuJoCo Warp's steps differ from MuJoCo C's once
+  a leg touches the floor (with elliptic cones, or frictionless contacts, they agree);
 - an episode's first observation comes from a forward pass of every world (worlds that did not reset keep the
   step's observation and dynamics: the next step recomputes what a forward pass does).
 """
