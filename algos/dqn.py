@@ -159,7 +159,7 @@ def main(args: Args) -> dict:
         metrics.copy_(torch.stack([loss, old_val.mean()]).detach())
 
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
-    link = EnvLink(n_envs, obs_dim, (), torch.long, device, envs_on_device=args.env_backend == "torch")
+    link = EnvLink(n_envs, obs_dim, (), torch.long, device, envs_on_device=args.env_backend != "gymnasium")
     act, update = path.compile(act), path.compile(update)
     act_step = path.capture(lambda: link.send_action(act(link.receive())))
     update = path.capture(update)

@@ -158,7 +158,8 @@ def is_cheap(env_id: str) -> bool:
 
 def resolve_defaults(args: Args) -> bool:
     """Fill the defaults chosen by the action space, check every value; returns whether actions are discrete."""
-    check(args.env_backend == "gymnasium", "--env-backend torch: PPO on device envs is algos/ppo_device_envs.py")
+    check(args.env_backend == "gymnasium",
+          "device envs (--env-backend torch or mjwarp): PPO on them is algos/ppo_device_envs.py")
     space = action_space(args.env_id)
     check(isinstance(space, (gym.spaces.Discrete, gym.spaces.Box)),
           f"PPO needs Discrete or Box actions but {args.env_id} has {space}; pick e.g. CartPole-v1 or Pendulum-v1")

@@ -68,7 +68,8 @@ class Args(RunArgs):
     normalize: bool | None = None
     """normalize observations and rewards with running statistics (default: off discrete, on continuous)"""
     env_backend: str = "torch"
-    """where the envs run: torch (classic control on the device, common/torch_envs.py)"""
+    """where the envs run, both on the device: torch (classic control, common/torch_envs.py) or mjwarp
+    (HalfCheetah-v5, Ant-v5, Humanoid-v5 on MuJoCo Warp, common/mjwarp_envs.py)"""
     stop_at_return: float | None = None
     """stop once the mean return of the last 100 episodes reaches this (time-to-solve benchmarks)"""
     tf32: bool = False
@@ -204,7 +205,8 @@ def leave_distributed(params: list[torch.Tensor]) -> float:
 
 def resolve_defaults(args: Args) -> bool:
     """Fill the defaults chosen by the action space, check every value; returns whether actions are discrete."""
-    check(args.env_backend == "torch", "PPO on gymnasium envs is algos/ppo.py; here --env-backend is torch")
+    check(args.env_backend in ("torch", "mjwarp"),
+          "PPO on gymnasium envs is algos/ppo.py; here --env-backend is torch or mjwarp")
     space = action_space(args.env_id, args.env_backend)
     discrete = isinstance(space, gym.spaces.Discrete)
     for name, value in (DISCRETE_DEFAULTS if discrete else CONTINUOUS_DEFAULTS).items():
@@ -232,8 +234,8 @@ def main(args: Args) -> dict:
     path = ExecutionPath(args, device)
     torch.set_float32_matmul_precision("high" if args.tf32 else "highest")
     seed_everything(args.seed + rank)
-    envs = make_env(args.env_id, args.num_envs, args.seed + rank, algo="PPO", backend="torch", device=str(device),
-                    mask_velocity=args.mask_velocity)
+    envs = make_env(args.env_id, args.num_envs, args.seed + rank, algo="PPO", backend=args.env_backend,
+                    device=str(device), mask_velocity=args.mask_velocity)
     logger = RunLogger(args, "ppo", args.total_timesteps, device, run_root=args.runs_dir) if rank == 0 else None
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, envs.single_observation_space.shape[0]
     batch_size = n_envs * num_steps

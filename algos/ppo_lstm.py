@@ -194,6 +194,7 @@ class DeterministicPolicy(nn.Module):
 
 def resolve_defaults(args: Args) -> bool:
     """Fill the defaults chosen by the action space, check every value; returns whether actions are discrete."""
+    check(args.env_backend != "mjwarp", "ppo_lstm runs on --env-backend torch or gymnasium, not mjwarp (yet)")
     space = action_space(args.env_id, args.env_backend)
     check(isinstance(space, (gym.spaces.Discrete, gym.spaces.Box)),
           f"PPO needs Discrete or Box actions but {args.env_id} has {space}; pick e.g. CartPole-v1 or Pendulum-v1")

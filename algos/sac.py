@@ -245,7 +245,8 @@ def main(args: Args) -> dict:
         metrics[3:].copy_(torch.stack([alpha_loss.detach(), alpha.squeeze()]))
 
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
-    link = EnvLink(n_envs, obs_dim, (action_dim,), torch.float32, device, envs_on_device=args.env_backend == "torch")
+    link = EnvLink(n_envs, obs_dim, (action_dim,), torch.float32, device,
+                   envs_on_device=args.env_backend != "gymnasium")
     act, update_critics = path.compile(act), path.compile(update_critics)
     update_actor, update_alpha = path.compile(update_actor), path.compile(update_alpha)
     act_step = path.capture(lambda: link.send_action(act(link.receive())))

@@ -190,7 +190,8 @@ def main(args: Args) -> dict:
         metrics[2].copy_(actor_loss.detach())
 
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
-    link = EnvLink(n_envs, obs_dim, (action_dim,), torch.float32, device, envs_on_device=args.env_backend == "torch")
+    link = EnvLink(n_envs, obs_dim, (action_dim,), torch.float32, device,
+                   envs_on_device=args.env_backend != "gymnasium")
     act, update_critics, update_actor = path.compile(act), path.compile(update_critics), path.compile(update_actor)
     act_step = path.capture(lambda: link.send_action(act(link.receive())))
     update_critics, update_actor = path.capture(update_critics), path.capture(update_actor)

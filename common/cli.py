@@ -142,8 +142,8 @@ def check_run_args(args: RunArgs) -> None:
     check(args.log_every >= 1, f"--log-every must be >= 1 (got {args.log_every})")
     check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
     check(args.checkpoint_every == 0 or args.save_model, "--checkpoint-every needs --save-model")
-    check(args.env_backend in ("gymnasium", "torch"),
-          f"--env-backend must be gymnasium or torch (got {args.env_backend!r})")
+    check(args.env_backend in ("gymnasium", "torch", "mjwarp"),
+          f"--env-backend must be gymnasium, torch or mjwarp (got {args.env_backend!r})")
     inductor_options(args)  # --max-autotune / --inductor: checked here, before anything is built
     if args.resume:  # a checkpoint of another script or other flags fails here, before a run folder exists
         load_checkpoint(args.resume, args, mmap=True)

@@ -42,7 +42,11 @@ def make_env(
     if backend == "torch":  # the flag's values are checked with the other shared flags (check_run_args)
         return _torch_env(env_id, num_envs, seed, action, algo, device, mask_velocity)
     if mask_velocity:
-        raise UserError("--mask-velocity masks the device envs: add --env-backend torch")
+        raise UserError("--mask-velocity masks the classic-control device envs: add --env-backend torch")
+    if backend == "mjwarp":
+        envs = _mjwarp_module().make_mjwarp_env(env_id, num_envs, device or "cpu", seed)
+        _check_action_space(envs, env_id, action, algo)
+        return envs
     mode = gym.vector.AutoresetMode.SAME_STEP
     spec = _spec(env_id)
 
@@ -85,6 +89,14 @@ def _torch_env_class(env_id: str):
     return TORCH_ENVS[env_id]
 
 
+def _mjwarp_module():
+    try:
+        from . import mjwarp_envs
+    except ImportError:
+        raise UserError('--env-backend mjwarp needs MuJoCo Warp: pip install -e ".[mjwarp]"') from None
+    return mjwarp_envs
+
+
 def _torch_env(env_id, num_envs, seed, action, algo, device, mask_velocity):
     envs = _torch_env_class(env_id)(env_id, num_envs, device or "cpu", seed, mask_velocity=mask_velocity)
     _check_action_space(envs, env_id, action, algo)
@@ -107,6 +119,8 @@ def action_space(env_id: str, backend: str = "gymnasium") -> gym.Space:
     """The action space of `env_id` (to pick an algorithm's defaults before the envs are built)."""
     if backend == "torch":
         _torch_env_class(env_id)
+    if backend == "mjwarp":
+        _mjwarp_module().check_env_id(env_id)
     try:
         env = gym.make(_spec(env_id))
     except gym.error.DependencyNotInstalled as err:
@@ -158,8 +172,8 @@ def track_episodes(backend: str, n_envs: int, device: torch.device, steps_per_re
                    ) -> EpisodeRing | HostEpisodes:
     """Where a script gets the episodes that ended: `after_step(infos)` after each env step, `read()` once the
     loop is over for any still held back, and `state_dict()` for checkpoints. `steps_per_read`: env steps
-    between two reads of a torch envs' ring (PPO reads once per rollout)."""
-    return EpisodeRing(n_envs, device, steps_per_read) if backend == "torch" else HostEpisodes()
+    between two reads of the device envs' ring (PPO reads once per rollout)."""
+    return EpisodeRing(n_envs, device, steps_per_read) if backend != "gymnasium" else HostEpisodes()
 
 
 class HostEpisodes:

@@ -29,8 +29,6 @@ import torch
 from .cli import UserError
 from .torch_envs import TorchVectorEnv
 
-MJWARP_ENVS = ("HalfCheetah-v5", "Ant-v5", "Humanoid-v5")
-
 
 def _import_warp():
     try:
@@ -49,6 +47,7 @@ class MjWarpVectorEnv(TorchVectorEnv):
 
     def __init__(self, env_id: str, num_envs: int, device: torch.device | str = "cpu", seed: int | None = None):
         warp, self.mjw = _import_warp()
+        self.spec_id = env_id
         self.warp = warp
         self.gym_env = gym.make(env_id).unwrapped  # the model, its constants and the reset state, as gymnasium's
         mj_model = self.gym_env.model
@@ -70,6 +69,22 @@ class MjWarpVectorEnv(TorchVectorEnv):
         super().__init__(env_id, num_envs, device, seed)
         self.position = torch.zeros(num_envs, 2, device=torch_device)  # of `tracked_position`, before the step
         self.set_state(self.state)
+
+    # Checkpoints pickle the envs: what the next steps depend on, without warp's objects (rebuilt on load).
+    CARRIED = ("state", "elapsed", "episode_return", "seed_key", "draws", "position")
+
+    def __getstate__(self) -> dict:
+        carried = {name: getattr(self, name).cpu() for name in self.CARRIED}
+        warmstart = self.data_view("qacc_warmstart").cpu()  # the constraint solver's start: results depend on it
+        return {"env_id": self.spec_id, "num_envs": self.num_envs, "device": str(self.device), **carried,
+                "qacc_warmstart": warmstart}
+
+    def __setstate__(self, saved: dict) -> None:
+        type(self).__init__(self, saved["env_id"], saved["num_envs"], saved["device"])
+        for name in self.CARRIED:
+            getattr(self, name).copy_(saved[name])
+        self.load(self.state)
+        self.data_view("qacc_warmstart").copy_(saved["qacc_warmstart"])
 
     def data_view(self, name: str) -> torch.Tensor:
         return self.warp.to_torch(getattr(self.data, name))
@@ -229,8 +244,14 @@ class Humanoid(MjWarpVectorEnv):
         return ~((state[:, 2] > low) & (state[:, 2] < high))
 
 
+MJWARP_ENVS = {"HalfCheetah-v5": HalfCheetah, "Ant-v5": Ant, "Humanoid-v5": Humanoid}
+
+
+def check_env_id(env_id: str) -> None:
+    if env_id not in MJWARP_ENVS:
+        raise UserError(f"--env-backend mjwarp has {', '.join(MJWARP_ENVS)}, not {env_id}")
+
+
 def make_mjwarp_env(env_id: str, num_envs: int, device: str, seed: int) -> MjWarpVectorEnv:
-    tasks = {"HalfCheetah-v5": HalfCheetah, "Ant-v5": Ant, "Humanoid-v5": Humanoid}
-    if env_id not in tasks:
-        raise UserError(f"--env-backend mjwarp has {', '.join(tasks)}, not {env_id}")
-    return tasks[env_id](env_id, num_envs, device, seed)
+    check_env_id(env_id)
+    return MJWARP_ENVS[env_id](env_id, num_envs, device, seed)

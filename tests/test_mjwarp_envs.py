@@ -17,6 +17,7 @@ pytest.importorskip("mujoco_warp")
 import gymnasium as gym  # noqa: E402
 import mujoco  # noqa: E402
 
+from tests.helpers import assert_user_error, run_script  # noqa: E402
 from turborl.cli import UserError  # noqa: E402
 from turborl.mjwarp_envs import make_mjwarp_env  # noqa: E402
 
@@ -148,3 +149,26 @@ def test_bad_env_id_and_missing_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "mujoco_warp", None)  # what an install without the extra sees
     with pytest.raises(UserError, match=r'pip install -e "\.\[mjwarp\]"'):
         make_mjwarp_env("Ant-v5", 2, "cpu", seed=0)
+
+
+@pytest.mark.parametrize("script, flags, words", [
+    ("ppo_device_envs", ("--env-id", "Hopper-v5"), ("mjwarp has HalfCheetah-v5, Ant-v5, Humanoid-v5",)),
+    ("ppo_device_envs", ("--env-id", "Ant-v5", "--mask-velocity"), ("--env-backend torch",)),
+    ("ppo", ("--env-id", "Ant-v5"), ("algos/ppo_device_envs.py",)),
+    ("ppo_lstm", ("--env-id", "Ant-v5"), ("not mjwarp",)),
+])
+def test_scripts_name_what_the_mjwarp_backend_has(tmp_path, script, flags, words):
+    result = run_script(script, "--env-backend", "mjwarp", *flags, "--runs-dir", str(tmp_path))
+    assert_user_error(result, *words)
+    assert not list(tmp_path.iterdir())  # no run folder for a run that never started
+
+
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_off_policy_scripts_train_on_mjwarp_envs(tmp_path, algo):
+    result = run_script(algo, "--env-backend", "mjwarp", "--env-id", "Humanoid-v5", "--num-envs", "4",
+                        "--total-timesteps", "400", "--learning-starts", "200", "--log-every", "1",
+                        "--runs-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    [run_dir] = tmp_path.iterdir()
+    names = {row.split(",")[2] for row in (run_dir / "metrics.csv").read_text().splitlines()[1:]}
+    assert "episodic_return" in names and any(name.endswith("loss") for name in names), names
