@@ -60,8 +60,10 @@ class MjWarpVectorEnv(TorchVectorEnv):
             self.model = self.mjw.put_model(mj_model)
             self.model.opt.run_rne_postconstraint = True  # cfrc_ext, as MuJoCo's C forward pass computes it
             self.data = self.mjw.make_data(mj_model, nworld=num_envs)
-        # Torch views of the worlds' arrays: reading or writing them is reading or writing the simulation.
-        self.qpos, self.qvel, self.ctrl = (warp.to_torch(a) for a in (self.data.qpos, self.data.qvel, self.data.ctrl))
+        # Torch views of the worlds' arrays, made once: reading or writing them is reading or writing the simulation.
+        self.views = {name: warp.to_torch(getattr(self.data, name)) for name in (
+            "qpos", "qvel", "ctrl", "qacc_warmstart", "xpos", "xipos", "cinert", "cvel", "cfrc_ext", "qfrc_actuator")}
+        self.qpos, self.qvel, self.ctrl = self.views["qpos"], self.views["qvel"], self.views["ctrl"]
         self.body_mass = torch.tensor(mj_model.body_mass, dtype=torch.float32, device=torch_device)
         self.init_qpos = torch.tensor(self.gym_env.init_qpos, dtype=torch.float32, device=torch_device)
         self.init_qvel = torch.tensor(self.gym_env.init_qvel, dtype=torch.float32, device=torch_device)
@@ -87,7 +89,7 @@ class MjWarpVectorEnv(TorchVectorEnv):
         self.data_view("qacc_warmstart").copy_(saved["qacc_warmstart"])
 
     def data_view(self, name: str) -> torch.Tensor:
-        return self.warp.to_torch(getattr(self.data, name))
+        return self.views[name]
 
     def initial_state(self, n):
         qpos = self.init_qpos + self.uniform(-self.noise, self.noise, (n, self.nq))

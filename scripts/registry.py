@@ -112,7 +112,10 @@ ALGORITHMS = {
             # passes, autotuned kernels, and launch options for the ~3,000 small kernels of an iteration.
             Task("ppo_device_envs", "CartPole-v1", 4096 * 128 * 300, 4096 * 128 * 6, variant="torch4096-tuned",
                  flags=(*TORCH_ENVS_4096, "--bf16", "--max-autotune", "--inductor", "triton.enable_pdl=True",
-                        "combo_kernels=True"), cuda_only=True, compile_only=True)),
+                        "combo_kernels=True"), cuda_only=True, compile_only=True),
+            # The whole iteration as one graph with MuJoCo Warp's physics inside: 4096 HalfCheetah worlds x 32 steps.
+            Task("ppo_device_envs", "HalfCheetah-v5", 4096 * 32 * 40, 4096 * 32 * 4, variant="mjwarp4096",
+                 flags=("--env-backend", "mjwarp", "--num-envs", "4096", "--num-steps", "32"), cuda_only=True)),
         learning=(
             # Time to solve (mean of the last 100 episodes >= 475), compile and capture included.
             Task("ppo_device_envs", "CartPole-v1", 500_000, 500_000, variant="torch-solve",
