@@ -11,8 +11,9 @@ graph, physics included (warp launches its kernels on torch's stream, inside tor
 Where it differs from gymnasium's env (tests/test_mjwarp_envs.py measures it):
 - float32 physics (MuJoCo's C engine computes in float64);
 - Humanoid-v5's XML asks for the PGS solver, which MuJoCo Warp lacks: it runs the Newton solver;
-- Ant-v5's contacts: with its XML's pyramidal friction cones, MuJoCo Warp's steps differ from MuJoCo C's once
-  a leg touches the floor (with elliptic cones, or frictionless contacts, they agree);
+- Ant-v5's contacts: MuJoCo Warp can give a leg's contact with the floor another tangent frame than MuJoCo C
+  (same normal, tangents rotated about it), and Ant's pyramidal friction cones depend on that frame, so its
+  steps differ from MuJoCo C's once a leg touches the floor (with elliptic cones, which do not, they agree);
 - an episode's first observation comes from a forward pass of every world (worlds that did not reset keep the
   step's observation and dynamics: the next step recomputes what a forward pass does).
 """

@@ -95,9 +95,10 @@ def test_ant_agrees_with_gymnasium_until_its_legs_touch_the_floor():
 
 
 def test_ant_agrees_with_gymnasium_on_elliptic_friction_cones(monkeypatch):
-    # Locates Ant's difference: its XML's pyramidal friction cones. With elliptic cones in both engines (or
-    # frictionless contacts) every step agrees (measured over 150 steps: 1.6e-5 relative at most), while with
-    # pyramidal cones MuJoCo Warp's CG and Newton solvers both differ from MuJoCo C, whose two solvers agree.
+    # Locates Ant's difference: its XML's pyramidal friction cones. MuJoCo Warp gives some leg-floor contacts
+    # another tangent frame than MuJoCo C (same normal; e.g. tangent (0, 1, 0) where C takes (-0.05, 1.0, 0)),
+    # and a pyramid's edges turn with the frame while an elliptic cone is the same in any. With elliptic cones
+    # in both engines (or frictionless contacts) every step agrees (150 steps: 1.6e-5 relative at most).
     make = gym.make
 
     def make_elliptic(env_id, **kwargs):
