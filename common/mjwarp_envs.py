@@ -73,12 +73,16 @@ class MjWarpVectorEnv(TorchVectorEnv):
         self.position = torch.zeros(num_envs, 2, device=torch_device)  # of `tracked_position`, before the step
         self.set_state(self.state)
 
+    observes_derived = True
+    """whether the observation or the tracked position reads quantities a forward pass derives (bodies' positions,
+    forces): then a new episode's first observation needs one"""
+
     # Checkpoints pickle the envs: what the next steps depend on, without warp's objects (rebuilt on load).
     CARRIED = ("state", "elapsed", "episode_return", "seed_key", "draws", "position")
 
     def __getstate__(self) -> dict:
         carried = {name: getattr(self, name).cpu() for name in self.CARRIED}
-        warmstart = self.data_view("qacc_warmstart").cpu()  # the constraint solver's start: results depend on it
+        warmstart = self.views["qacc_warmstart"].cpu()  # the constraint solver's start: results depend on it
         return {"env_id": self.spec_id, "num_envs": self.num_envs, "device": str(self.device), **carried,
                 "qacc_warmstart": warmstart}
 
@@ -87,10 +91,7 @@ class MjWarpVectorEnv(TorchVectorEnv):
         for name in self.CARRIED:
             getattr(self, name).copy_(saved[name])
         self.load(self.state)
-        self.data_view("qacc_warmstart").copy_(saved["qacc_warmstart"])
-
-    def data_view(self, name: str) -> torch.Tensor:
-        return self.views[name]
+        self.views["qacc_warmstart"].copy_(saved["qacc_warmstart"])
 
     def initial_state(self, n):
         qpos = self.init_qpos + self.uniform(-self.noise, self.noise, (n, self.nq))
@@ -170,6 +171,8 @@ class MjWarpVectorEnv(TorchVectorEnv):
         next_obs, reward, terminated, truncated, infos = super().step(actions)
         # super() observed the new episodes' states before their forward pass: observe them after it, and start
         # their forward reward from where they now are.
+        if not self.observes_derived:  # HalfCheetah: observation and position are the state's, no pass needed
+            return next_obs, reward, terminated, truncated, {**infos, **self.terms, "x_velocity": self.x_velocity}
         done = (terminated | truncated).unsqueeze(1)
         next_obs = torch.where(done, self.settle(), next_obs)
         self.position.copy_(torch.where(done, self.tracked_position(self.state), self.position))
@@ -187,6 +190,7 @@ class MjWarpVectorEnv(TorchVectorEnv):
 
 
 class HalfCheetah(MjWarpVectorEnv):
+    observes_derived = False
     def observe(self, state):
         return state[:, 1:].clone()  # qpos without x, then qvel
 
@@ -201,13 +205,13 @@ class HalfCheetah(MjWarpVectorEnv):
 
 class Ant(MjWarpVectorEnv):
     def contact_forces(self) -> torch.Tensor:
-        return self.data_view("cfrc_ext").clamp(*self.gym_env._contact_force_range)
+        return self.views["cfrc_ext"].clamp(*self.gym_env._contact_force_range)
 
     def observe(self, state):
         return torch.cat([state[:, 2:], self.contact_forces()[:, 1:].flatten(1)], 1)
 
     def tracked_position(self, state):
-        return self.data_view("xpos")[:, 1, :2]  # the torso's body position, as gymnasium's main_body
+        return self.views["xpos"][:, 1, :2]  # the torso's body position, as gymnasium's main_body
 
     def reward_terms(self, state, action, velocity):
         env = self.gym_env
@@ -226,17 +230,17 @@ class Humanoid(MjWarpVectorEnv):
         return self.uniform(-1.0, 1.0, (n, self.nv))  # Humanoid's velocity noise is uniform
 
     def observe(self, state):
-        derived = [self.data_view(name)[:, 1:].flatten(1) for name in ("cinert", "cvel")]
-        return torch.cat([state[:, 2:], *derived, self.data_view("qfrc_actuator")[:, 6:],
-                          self.data_view("cfrc_ext")[:, 1:].flatten(1)], 1)
+        derived = [self.views[name][:, 1:].flatten(1) for name in ("cinert", "cvel")]
+        return torch.cat([state[:, 2:], *derived, self.views["qfrc_actuator"][:, 6:],
+                          self.views["cfrc_ext"][:, 1:].flatten(1)], 1)
 
     def tracked_position(self, state):
         """The center of mass in x and y (gymnasium's mass_center)."""
-        return (self.body_mass[:, None] * self.data_view("xipos")).sum(1)[:, :2] / self.body_mass.sum()
+        return (self.body_mass[:, None] * self.views["xipos"]).sum(1)[:, :2] / self.body_mass.sum()
 
     def reward_terms(self, state, action, velocity):
         env = self.gym_env
-        contact = env._contact_cost_weight * self.data_view("cfrc_ext").square().sum((1, 2))
+        contact = env._contact_cost_weight * self.views["cfrc_ext"].square().sum((1, 2))
         return {"reward_survive": env._healthy_reward * (~self.unhealthy(state)).float(),
                 "reward_forward": env._forward_reward_weight * velocity[:, 0],
                 "reward_ctrl": -env._ctrl_cost_weight * action.square().sum(1),
