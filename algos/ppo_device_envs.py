@@ -65,6 +65,9 @@ class Args(RunArgs):
     """value loss coefficient"""
     max_grad_norm: float = 0.5
     """gradient clipping norm"""
+    hidden_size: int = 64
+    """units in each of the two tanh hidden layers of the actor and of the critic (CleanRL's 64; a humanoid's
+    348-number observation learns faster with 256)"""
     normalize: bool | None = None
     """normalize observations and rewards with running statistics (default: off discrete, on continuous)"""
     env_backend: str = "torch"
@@ -93,14 +96,16 @@ def layer(n_in: int, n_out: int, std: float = math.sqrt(2)) -> nn.Linear:
 
 
 class Agent(nn.Module):
-    """CleanRL's agent: separate 64-64 tanh actor and critic. Distributions are written out (no
-    torch.distributions): no argument checks, no host syncs, one random draw per action."""
+    """CleanRL's agent: separate two-layer tanh actor and critic (64 units by default). Distributions are written
+    out (no torch.distributions): no argument checks, no host syncs, one random draw per action."""
 
-    def __init__(self, obs_dim: int, n_out: int, discrete: bool, bf16: bool = False):
+    def __init__(self, obs_dim: int, n_out: int, discrete: bool, hidden: int = 64, bf16: bool = False):
         super().__init__()
         self.discrete, self.bf16 = discrete, bf16
-        self.critic = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, 1, 1.0))
-        self.actor = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, n_out, 0.01))
+        self.critic = nn.Sequential(layer(obs_dim, hidden), nn.Tanh(), layer(hidden, hidden), nn.Tanh(),
+                                    layer(hidden, 1, 1.0))
+        self.actor = nn.Sequential(layer(obs_dim, hidden), nn.Tanh(), layer(hidden, hidden), nn.Tanh(),
+                                   layer(hidden, n_out, 0.01))
         if not discrete:
             self.actor_logstd = nn.Parameter(torch.zeros(n_out))
 
@@ -215,6 +220,7 @@ def resolve_defaults(args: Args) -> bool:
     for name in ("num_steps", "num_minibatches", "update_epochs"):
         check(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive (got {getattr(args, name)})")
     check(args.learning_rate > 0, f"--learning-rate must be positive (got {args.learning_rate})")
+    check(args.hidden_size > 0, f"--hidden-size must be positive (got {args.hidden_size})")
     batch = args.num_envs * args.num_steps
     check(batch % args.num_minibatches == 0,
           f"--num-minibatches {args.num_minibatches} must divide num-envs x num-steps = {batch}")
@@ -245,7 +251,7 @@ def main(args: Args) -> dict:
     n_out = int(space.n) if discrete else space.shape[0]
 
     # ALGO LOGIC: the agent, its optimizer, the rollout storage and normalization statistics, on the device
-    agent = Agent(obs_dim, n_out, discrete, args.bf16).to(device)
+    agent = Agent(obs_dim, n_out, discrete, args.hidden_size, args.bf16).to(device)
     for param in agent.parameters() if world > 1 else []:  # every rank starts from rank 0's parameters
         dist.broadcast(param.data, 0)
     lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it

@@ -37,7 +37,7 @@ def _import_warp():
         import warp
     except ImportError:
         raise UserError('--env-backend mjwarp needs MuJoCo Warp: pip install -e ".[mjwarp]"') from None
-    warp.config.quiet = True  # no line per compiled kernel module
+    warp.config.log_level = warp.LOG_WARNING  # no banner, no line per loaded kernel module
     warp.init()
     return warp, mujoco_warp
 
@@ -56,6 +56,8 @@ class MjWarpVectorEnv(TorchVectorEnv):
             mj_model.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
         self.nq, self.nv, self.frame_skip, self.dt = mj_model.nq, mj_model.nv, self.gym_env.frame_skip, self.gym_env.dt
         torch_device = torch.device(device)
+        if torch_device.type == "cuda" and torch_device.index is None:  # warp needs the index
+            torch_device = torch.device("cuda", torch.cuda.current_device())
         self.warp_device = warp.device_from_torch(torch_device)
         with warp.ScopedDevice(self.warp_device):
             self.model = self.mjw.put_model(mj_model)

@@ -104,7 +104,7 @@ def machine() -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda_runtime": torch.version.cuda,
-        **{pkg: version(pkg) for pkg in ("tensordict", "gymnasium", "mujoco", "numpy")},
+        **{pkg: version(pkg) for pkg in ("tensordict", "gymnasium", "mujoco", "numpy", "mujoco-warp", "warp-lang")},
         "git_commit": run(["git", "rev-parse", "HEAD"]) or None,
         "git_dirty": bool(run(["git", "status", "--porcelain", "--untracked-files=no"])),
     }

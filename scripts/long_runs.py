@@ -79,9 +79,10 @@ def mps_daemon_running() -> bool:
     return False
 
 
-def stitched_curve(segments: list[dict]) -> dict:
-    """Episodic returns of every segment as (step, seconds, return); seconds continue across segments."""
-    steps, seconds, returns, offset = [], [], [], 0.0
+def stitched_curve(segments: list[dict]) -> tuple[dict, float | None]:
+    """Episodic returns of every segment as (step, seconds, return), seconds continuing across segments; and
+    when a --stop-at-return run reached its return, the seconds until then."""
+    steps, seconds, returns, offset, solved = [], [], [], 0.0, None
     for segment in segments:
         with open(os.path.join(ROOT, segment["run_dir"], "metrics.csv")) as f:
             for row in csv.DictReader(f):
@@ -89,9 +90,11 @@ def stitched_curve(segments: list[dict]) -> dict:
                     steps.append(int(row["step"]))
                     seconds.append(offset + float(row["seconds"]))
                     returns.append(float(row["value"]))
+                elif row["name"] == "solved_seconds":
+                    solved = offset + float(row["value"])
         offset += segment["wall_seconds"]
     stride = max(1, len(steps) // 200)
-    return {"steps": steps[::stride], "seconds": seconds[::stride], "returns": returns[::stride]}
+    return {"steps": steps[::stride], "seconds": seconds[::stride], "returns": returns[::stride]}, solved
 
 
 def evaluate(run_dir: str) -> float | None:
@@ -168,10 +171,10 @@ def main(args: Args) -> None:
         })
         if summary["status"] == "done":
             segments = record["segments"]
+            curve, solved_seconds = stitched_curve(segments)
             record.update(status="ok", final_return=summary["mean_return_last20"],
-                          run_wall_seconds=sum(s["wall_seconds"] for s in segments),
-                          curve=stitched_curve(segments), episodes=summary["episodes"],
-                          eval_return=evaluate(run_dir))
+                          run_wall_seconds=sum(s["wall_seconds"] for s in segments), curve=curve,
+                          solved_seconds=solved_seconds, episodes=summary["episodes"], eval_return=evaluate(run_dir))
         elif summary["status"] == "interrupted" and summary.get("checkpoint"):
             record.update(status="partial", return_at_stop=summary["mean_return_last20"])
         else:

@@ -40,10 +40,10 @@ class Args:
     """write PNG plots (needs matplotlib)"""
 
 
-
 def steady_rates(runs: list[dict]) -> list[float]:
     """The steady-state steps/s of the runs that have one (a run too short for a steady window has none)."""
     return [r["steady_sps"] for r in runs if r["status"] == "ok" and r["steady_sps"] is not None]
+
 
 def load(folder: str) -> list[dict]:
     runs = []

@@ -1,13 +1,14 @@
 """PPO on CPU (gymnasium envs and device envs): learning, GAE, bfloat16, user errors."""
 
 import glob
+import os
 
 import numpy as np
 import pytest
 import torch
 
 from algos import ppo_device_envs
-from tests.helpers import assert_user_error, metric, run_script
+from tests.helpers import assert_user_error, metric, run_main, run_script
 from turborl.numerics import reverse_scan
 
 # Budgets measured on CPU (seed 1): CartPole-v1 averages ~340 over the last 20 episodes by 80k steps (seed 2:
@@ -80,6 +81,17 @@ def test_bad_input_is_one_clear_line(tmp_path, flags, words):
     (["--env-id", "LunarLander-v3"], ["--env-backend torch has no LunarLander-v3"]),
     (["--env-backend", "gymnasium"], ["algos/ppo.py"]),
     (["--num-minibatches", "3"], ["--num-minibatches 3", "512"]),
+    (["--hidden-size", "0"], ["--hidden-size must be positive"]),
 ])
 def test_device_envs_bad_input_is_one_clear_line(tmp_path, flags, words):
     assert_user_error(run_script("ppo_device_envs", *flags, "--runs-dir", str(tmp_path)), *words)
+
+
+def test_hidden_size_sets_the_width_of_actor_and_critic(tmp_path):
+    run_dir = run_main("ppo_device_envs", ["--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "32",
+                                           "--total-timesteps", "64", "--hidden-size", "24", "--save-model"],
+                       str(tmp_path))
+    agent = torch.load(os.path.join(run_dir, "ppo.pt"), weights_only=False)["agent"]
+    widths = {name: tuple(tensor.shape) for name, tensor in agent.items() if name.endswith("weight")}
+    assert widths == {"critic.0.weight": (24, 3), "critic.2.weight": (24, 24), "critic.4.weight": (1, 24),
+                      "actor.0.weight": (24, 3), "actor.2.weight": (24, 24), "actor.4.weight": (1, 24)}
