@@ -148,13 +148,16 @@ def env_state(envs) -> bytes | None:
         return None
 
 
-def export_policy(policy: torch.nn.Module, obs_dim: int, path: str, state_sizes: tuple[int, ...] = ()) -> str:
+def export_policy(policy: torch.nn.Module, obs_shape: int | tuple[int, ...], path: str,
+                  state_sizes: tuple[int, ...] = ()) -> str:
     """Save a deterministic policy (observation batch in, action batch out) as a torch.export `.pt2`, on CPU;
-    `torch.export.load(path).module()` runs it without this project. A recurrent policy also takes and returns
-    its state, one (batch x size) tensor per entry of `state_sizes`."""
+    `torch.export.load(path).module()` runs it without this project. `obs_shape`: one observation's size, or
+    its shape (stacked frames). A recurrent policy also takes and returns its state, one (batch x size) tensor
+    per entry of `state_sizes`."""
     module = copy.deepcopy(policy).cpu().eval()
     batch = torch.export.Dim("batch", min=1)
-    inputs = tuple(torch.zeros(2, size) for size in (obs_dim, *state_sizes))
+    obs = torch.zeros(2, *((obs_shape,) if isinstance(obs_shape, int) else obs_shape))
+    inputs = (obs, *(torch.zeros(2, size) for size in state_sizes))
     with torch.no_grad():
         program = torch.export.export(module, inputs, dynamic_shapes=tuple({0: batch} for _ in inputs))
     partial = os.path.splitext(path)[0] + ".partial.pt2"  # torch.export warns on a name not ending in .pt2

@@ -1,0 +1,396 @@
+"""PPO on Atari (CleanRL's ppo_atari_envpool.py: same setup and defaults) in four execution paths: eager,
+--compile, --cudagraphs, both.
+
+The envs are ale-py's C++ vector env: 84x84 grayscale frames, 4 stacked, 4 frames per action (max-pooled over
+the last two), up to 30 no-op starts, FIRE on reset, an episode ended on every lost life (episodic life) while
+the game goes on, rewards clipped to their sign for learning (the game's own score is what gets logged), no
+sticky actions, games cut at 108,000 frames. Each step the stacked uint8 frames go to the device in one copy
+and are scaled there; `act` (store the envs' answer, run the Nature CNN policy, send the action back) is one
+captured call, as are `finish_rollout` (values, GAE, the epochs' minibatch order) and each minibatch `update`.
+The envs step in C++ threads, so the loop's own CPU work is one send and one receive per step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from turborl.checkpoints import Checkpoints, export_policy
+from turborl.cli import RunArgs, UserError, check, check_run_args, cli, pick_device, seed_everything
+from turborl.logger import RunLogger
+from turborl.numerics import reverse_scan
+from turborl.paths import ExecutionPath
+
+FRAMES = (4, 84, 84)  # the stacked observation: 4 grayscale 84x84 frames
+
+
+@dataclass
+class Args(RunArgs):
+    env_id: str = "Breakout-v5"
+    """Atari game in envpool's naming (Breakout-v5, Pong-v5, MsPacman-v5, ...), any ROM ale-py ships"""
+    seed: int = 1
+    """seed of the run (torch, numpy, env)"""
+    total_timesteps: int = 10_000_000
+    """environment steps of the whole run (an env step is 4 frames)"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate"""
+    num_envs: int = 8
+    """parallel games"""
+    num_steps: int = 128
+    """steps per env per rollout"""
+    env_threads: int = 0
+    """C++ threads that step the games (0: one per game, at most one per CPU core)"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly to 0"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """GAE lambda"""
+    num_minibatches: int = 4
+    """minibatches per epoch"""
+    update_epochs: int = 4
+    """epochs over each rollout"""
+    norm_adv: bool = True
+    """normalize advantages per minibatch"""
+    clip_coef: float = 0.1
+    """surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """clip the value loss too"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """gradient clipping norm"""
+
+
+def ale_game(env_id: str) -> str:
+    """ale-py's ROM name for an envpool-style id (Breakout-v5 -> breakout, MsPacman-v5 -> ms_pacman)."""
+    try:
+        from ale_py import roms
+    except ImportError:
+        raise UserError('Atari needs ale-py: pip install -e ".[atari]"') from None
+    match = re.fullmatch(r"([A-Z][A-Za-z0-9]*)-v5", env_id)
+    game = re.sub(r"(?<!^)(?=[A-Z])", "_", match.group(1)).lower() if match else None
+    check(game in roms.get_all_rom_ids(), f"{env_id!r} is not an Atari game of ale-py: pass e.g. Breakout-v5, "
+                                          "Pong-v5 or MsPacman-v5 (algos/ppo.py runs gymnasium's other envs)")
+    return game
+
+
+def make_envs(args: Args):
+    game = ale_game(args.env_id)
+    from ale_py.vector_env import AtariVectorEnv
+
+    threads = args.env_threads or min(args.num_envs, os.cpu_count() or 1)
+    # life_loss_info: an episode ends at a lost life and the game goes on (envpool's episodic_life; ale-py's
+    # episodic_life would restart the game). Unclipped rewards: the score is logged, the sign is learned.
+    return AtariVectorEnv(game, args.num_envs, num_threads=threads, frameskip=4, stack_num=4,
+                          img_height=84, img_width=84, grayscale=True, maxpool=True, noop_max=30,
+                          repeat_action_probability=0.0, max_num_frames_per_episode=108_000,
+                          life_loss_info=True, reward_clipping=False, use_fire_reset=True, autoreset_mode="SameStep")
+
+
+def layer(module: nn.Module, std: float = math.sqrt(2)) -> nn.Module:
+    nn.init.orthogonal_(module.weight, std)
+    nn.init.zeros_(module.bias)
+    return module
+
+
+class Agent(nn.Module):
+    """CleanRL's Atari agent: the Nature CNN shared by a categorical actor and a critic. Frames come in as uint8
+    (0-255) and are scaled here, on the device."""
+
+    def __init__(self, n_actions: int):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer(nn.Conv2d(4, 32, 8, stride=4)), nn.ReLU(), layer(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            layer(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(), layer(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU())
+        self.actor = layer(nn.Linear(512, n_actions), 0.01)
+        self.critic = layer(nn.Linear(512, 1), 1.0)
+
+    def hidden(self, frames):
+        return self.network(frames.float() / 255.0)
+
+    def value(self, frames):
+        return self.critic(self.hidden(frames)).squeeze(-1)
+
+    def sample(self, frames, gumbel):
+        """(action, its log-probability) by Gumbel-max with noise drawn beforehand."""
+        logp = self.actor(self.hidden(frames)).log_softmax(-1)
+        action = (logp + gumbel).argmax(-1)
+        return action, logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+
+    def evaluate(self, frames, action):
+        """(log-probability of action, entropy, value) under the current parameters."""
+        hidden = self.hidden(frames)
+        logp = self.actor(hidden).log_softmax(-1)
+        entropy = -(logp.exp() * logp).sum(-1)
+        return logp.gather(-1, action.unsqueeze(-1)).squeeze(-1), entropy, self.critic(hidden).squeeze(-1)
+
+
+class GreedyPolicy(nn.Module):
+    """The exported policy: stacked frames (float, 0-255) in, the most likely action out."""
+
+    def __init__(self, agent: Agent):
+        super().__init__()
+        self.agent = agent
+
+    def forward(self, frames):
+        return self.agent.actor(self.agent.hidden(frames)).argmax(-1)
+
+
+class FrameLink:
+    """Each env step between the C++ envs and the device: the host writes the answer (stacked frames, reward,
+    episode end) into pinned buffers, a hot function copies them to the device (`receive`) and starts the
+    action's copy back (`send_action`); `action()` waits for that copy alone, never for the whole GPU."""
+
+    def __init__(self, n_envs: int, device: torch.device):
+        copying = device.type == "cuda"
+        self.staged = {"frames": torch.zeros(n_envs, *FRAMES, dtype=torch.uint8, pin_memory=copying),
+                       "reward": torch.zeros(n_envs, pin_memory=copying),
+                       "ended": torch.zeros(n_envs, pin_memory=copying)}
+        self.on_device = {k: v.to(device) for k, v in self.staged.items()} if copying else self.staged
+        self.host = {k: v.numpy() for k, v in self.staged.items()}
+        self.action_out = torch.zeros(n_envs, dtype=torch.long, pin_memory=copying)
+        self.event = torch.cuda.Event() if copying else None
+
+    def reset(self, frames: np.ndarray) -> None:
+        self.send(frames, 0.0, 0.0)
+
+    def send(self, frames: np.ndarray, reward, ended) -> None:
+        self.host["frames"][:], self.host["reward"][:], self.host["ended"][:] = frames, reward, ended
+
+    def receive(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.on_device is not self.staged:
+            for name, tensor in self.on_device.items():
+                tensor.copy_(self.staged[name], non_blocking=True)
+        return self.on_device["frames"], self.on_device["reward"], self.on_device["ended"]
+
+    def send_action(self, action: torch.Tensor) -> None:
+        self.action_out.copy_(action, non_blocking=True)
+
+    def action_queued(self) -> None:
+        if self.event is not None:
+            self.event.record()
+
+    def action(self) -> np.ndarray:
+        if self.event is not None:
+            self.event.synchronize()
+        return self.action_out.numpy()
+
+    def state_dict(self) -> dict:
+        return {name: tensor.clone() for name, tensor in self.staged.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, tensor in self.staged.items():
+            tensor.copy_(state[name])
+
+
+class Games:
+    """Whole games, for the log: an episode ends at every lost life, a game when the env restarts it (its lives
+    go back up; games without lives end at every episode end)."""
+
+    def __init__(self, n_envs: int, lives: np.ndarray):
+        self.score, self.length = np.zeros(n_envs), np.zeros(n_envs, dtype=np.int64)
+        self.lives = lives.astype(np.int64)
+
+    def after_step(self, reward: np.ndarray, ended: np.ndarray, lives: np.ndarray) -> list[tuple[float, int]]:
+        self.score += reward
+        self.length += 1
+        over = ended & (lives >= self.lives)
+        finished = [(float(self.score[i]), int(self.length[i])) for i in np.flatnonzero(over)]
+        self.score[over], self.length[over], self.lives[:] = 0.0, 0, lives
+        return finished
+
+
+
+def check_args(args: Args) -> None:
+    check(args.env_backend == "gymnasium", "Atari runs on ale-py's C++ vector env (CPU); leave out --env-backend")
+    check(not args.capture_video, "--capture-video is not supported for Atari here; evaluate with ale-py instead")
+    for name in ("num_steps", "num_minibatches", "update_epochs"):
+        check(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive (got {getattr(args, name)})")
+    check(args.env_threads >= 0, f"--env-threads must be >= 0 (got {args.env_threads})")
+    check(args.learning_rate > 0, f"--learning-rate must be positive (got {args.learning_rate})")
+    batch = args.num_envs * args.num_steps
+    check(batch % args.num_minibatches == 0,
+          f"--num-minibatches {args.num_minibatches} must divide num-envs x num-steps = {batch}")
+    check(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1] (got {args.gae_lambda})")
+    check(args.clip_coef > 0 and args.max_grad_norm > 0, "--clip-coef and --max-grad-norm must be positive")
+    check(args.ent_coef >= 0 and args.vf_coef >= 0, "--ent-coef and --vf-coef must be >= 0")
+    check(args.total_timesteps >= batch,
+          f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
+
+
+def main(args: Args) -> dict:
+    check_args(args)
+    check_run_args(args)
+    envs = make_envs(args)  # checks the game id first: a bad one leaves no run folder
+    device = pick_device(args.cuda)
+    path = ExecutionPath(args, device)
+    seed_everything(args.seed)
+    logger = RunLogger(args, "ppo_atari", args.total_timesteps, device, run_root=args.runs_dir)
+    n_envs, num_steps, n_actions = args.num_envs, args.num_steps, int(envs.single_action_space.n)
+    batch_size = n_envs * num_steps
+    minibatch_size = batch_size // args.num_minibatches
+
+    # ALGO LOGIC: the agent, its optimizer and the rollout storage (frames as uint8), on the device
+    agent = Agent(n_actions).to(device)
+    lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it
+    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
+                                 capturable=device.type == "cuda" and not args.compile)
+    obs_buf = torch.zeros(num_steps, n_envs, *FRAMES, dtype=torch.uint8, device=device)
+    actions = torch.zeros(num_steps, n_envs, dtype=torch.long, device=device)
+    logprobs, values, rewards = (torch.zeros(num_steps, n_envs, device=device) for _ in range(3))
+    ended = torch.zeros(num_steps, n_envs, device=device)  # the episode ended after this step
+    gumbel = torch.zeros(num_steps, n_envs, n_actions, device=device)  # the rollout's noise, drawn before it
+    advantages, returns = torch.zeros(batch_size, device=device), torch.zeros(batch_size, device=device)
+    permutations = torch.zeros(args.update_epochs, batch_size, dtype=torch.long, device=device)
+    minibatches = permutations.view(-1, minibatch_size)  # every epoch's minibatches, in order
+    step_index = torch.zeros((), dtype=torch.long, device=device)
+    last_slot = torch.tensor(num_steps - 1, device=device)
+    metric_names = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"]
+    metrics = torch.zeros(len(metric_names), device=device)  # the last minibatch's, read when logging
+    link = FrameLink(n_envs, device)
+
+    def put(storage, index, value):
+        """storage[index] = value for a 0-dim device index: plain indexing would read the index on the host."""
+        storage.index_copy_(0, index.view(1), value.unsqueeze(0))
+
+    def record(slot, reward, episode_ended):
+        """Store the envs' answer to the action taken at `slot`; the reward's sign is what is learned."""
+        put(rewards, slot, reward.sign())
+        put(ended, slot, episode_ended)
+
+    def act(first_of_rollout: bool) -> None:
+        """Store the answer to the previous action (the rollout's last is stored by `finish_rollout`), choose the
+        next action, store the frames, action and log-probability, and send the action to the host."""
+        frames, reward, episode_ended = link.receive()
+        if not first_of_rollout:
+            record(step_index - 1, reward, episode_ended)
+        with torch.no_grad():
+            action, logprob = agent.sample(frames, gumbel.index_select(0, step_index.view(1)).squeeze(0))
+        put(obs_buf, step_index, frames)
+        put(actions, step_index, action)
+        put(logprobs, step_index, logprob)
+        step_index.add_(1)
+        link.send_action(action)
+
+    def finish_rollout() -> None:
+        """The rollout's last answer, its values, GAE and every epoch's minibatch order."""
+        frames, reward, episode_ended = link.receive()
+        record(last_slot, reward, episode_ended)
+        step_index.zero_()
+        with torch.no_grad():  # the parameters did not change during the rollout: one batched pass
+            values.copy_(agent.value(obs_buf.flatten(0, 1)).view(num_steps, n_envs))
+            next_value = agent.value(frames)
+        next_values = torch.cat([values[1:], next_value.unsqueeze(0)])
+        not_ended = 1 - ended
+        deltas = rewards + args.gamma * next_values * not_ended - values
+        gae = reverse_scan(deltas, args.gamma * args.gae_lambda * not_ended)
+        advantages.copy_(gae.flatten())
+        returns.copy_((gae + values).flatten())
+        permutations.copy_(torch.rand(args.update_epochs, batch_size, device=device).argsort(dim=1))
+
+    def draw_noise():
+        """The next rollout's Gumbel noise, drawn outside compiled code (compiled code may reorder random ops)."""
+        gumbel.copy_(-torch.log(-torch.log(torch.rand_like(gumbel))))
+
+    b_obs, b_actions = obs_buf.view(batch_size, *FRAMES), actions.view(batch_size)
+    b_logprobs, b_values = logprobs.view(batch_size), values.view(batch_size)
+
+    def update(mb: torch.Tensor) -> None:
+        newlogprob, entropy, newvalue = agent.evaluate(b_obs[mb], b_actions[mb])
+        logratio = newlogprob - b_logprobs[mb]
+        ratio = logratio.exp()
+        mb_advantages = advantages[mb]
+        if args.norm_adv:
+            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+        pg_loss = torch.max(-mb_advantages * ratio,
+                            -mb_advantages * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)).mean()
+        mb_returns, mb_values = returns[mb], b_values[mb]
+        if args.clip_vloss:
+            v_clipped = mb_values + (newvalue - mb_values).clamp(-args.clip_coef, args.clip_coef)
+            v_loss = 0.5 * torch.max((newvalue - mb_returns).pow(2), (v_clipped - mb_returns).pow(2)).mean()
+        else:
+            v_loss = 0.5 * (newvalue - mb_returns).pow(2).mean()
+        entropy_loss = entropy.mean()
+        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        optimizer.step()
+        with torch.no_grad():
+            metrics.copy_(torch.stack([pg_loss, v_loss, entropy_loss, (-logratio).mean(),
+                                       ((ratio - 1) - logratio).mean(),
+                                       ((ratio - 1).abs() > args.clip_coef).float().mean()]))
+
+    # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
+    act, finish_rollout, update = path.compile(act), path.compile(finish_rollout), path.compile(update)
+    act_first, act_next = path.capture(lambda: act(first_of_rollout=True)), path.capture(lambda: act(False))
+    finish, update = path.capture(finish_rollout), path.capture(update)
+
+    # TRY NOT TO MODIFY: checkpoints and resume. The C++ games cannot be saved: a resumed run starts new games
+    # (seeded by its step count); the networks, optimizer, noise and counters continue.
+    checkpoints = Checkpoints(args, logger.dir, "ppo_atari", modules={"agent": agent, "optimizer": optimizer},
+                              tensors={"step_index": step_index, "gumbel": gumbel})
+    start_iteration, global_step = 0, 0
+    if args.resume:
+        envs, saved = checkpoints.resume(envs, link)
+        optimizer.param_groups[0]["lr"] = lr  # the device tensor that annealing writes, not the loaded copy
+        start_iteration, global_step = saved["iteration"], saved["global_step"]
+    else:
+        draw_noise()  # the first rollout's
+    frames, info = envs.reset(seed=args.seed + global_step)
+    link.reset(frames)
+    games = Games(n_envs, info["lives"])
+
+    def counters() -> dict:
+        return {"iteration": next_iteration, "global_step": global_step}
+
+    num_iterations = args.total_timesteps // batch_size
+    log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
+    next_iteration = start_iteration
+    try:
+        for iteration in range(start_iteration, num_iterations):
+            if args.anneal_lr:
+                lr.fill_(args.learning_rate * (1 - iteration / num_iterations))
+            for step in range(num_steps):
+                (act_next if step else act_first)()  # on the device: store the last answer, choose the action
+                link.action_queued()
+                envs.send(link.action())  # the C++ threads step the games
+                frames, reward, terminated, truncated, info = envs.recv()
+                episode_ended = terminated | truncated  # a time limit ends an episode as a loss of life does
+                global_step += n_envs
+                link.send(frames, reward, episode_ended)
+                logger.log_episodes(global_step, games.after_step(reward, episode_ended, info["lives"]))
+                logger.progress(global_step)
+            finish()  # the last answer, values, GAE and the minibatch order, on the device
+            draw_noise()  # the next rollout's
+            for minibatch in minibatches:
+                update(minibatch)
+            if iteration % log_interval == 0:
+                logger.log(global_step, learning_rate=lr.item(), **dict(zip(metric_names, metrics.tolist(),
+                                                                            strict=True)))
+            next_iteration = iteration + 1
+            if checkpoints.due(global_step, batch_size):
+                checkpoints.save_periodic(envs, link, counters())
+            if logger.stop.requested:  # Ctrl-C or a non-finite loss: stop where an iteration ends, not mid-rollout
+                break
+        if args.save_model:
+            checkpoints.save("ppo_atari.pt", envs, link, counters())
+            export_policy(GreedyPolicy(agent), FRAMES, os.path.join(logger.dir, "ppo_atari.pt2"))
+    finally:
+        envs.close()
+        summary = logger.close(checkpoint=checkpoints.last)
+    return summary
+
+
+if __name__ == "__main__":
+    cli(main, Args)
