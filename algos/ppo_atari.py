@@ -268,10 +268,9 @@ def main(args: Args) -> dict:
         put(rewards, slot, reward.sign())
         put(ended, slot, episode_ended)
 
-    def act(first_of_rollout: bool) -> None:
-        """Store the answer to the previous action (the rollout's last is stored by `finish_rollout`), choose the
-        next action, store the frames, action and log-probability, and send the action to the host."""
-        frames, reward, episode_ended = link.receive()
+    def act(frames, reward, episode_ended, first_of_rollout: bool) -> torch.Tensor:
+        """Store the answer to the previous action (the rollout's last is stored by `finish_rollout`), then choose
+        the action for `frames` and store the frames, action and log-probability at the step's slot."""
         if not first_of_rollout:
             record(step_index - 1, reward, episode_ended)
         with torch.no_grad():
@@ -280,11 +279,10 @@ def main(args: Args) -> dict:
         put(actions, step_index, action)
         put(logprobs, step_index, logprob)
         step_index.add_(1)
-        link.send_action(action)
+        return action
 
-    def finish_rollout() -> None:
+    def finish_rollout(frames, reward, episode_ended) -> None:
         """The rollout's last answer, its values, GAE and every epoch's minibatch order."""
-        frames, reward, episode_ended = link.receive()
         record(last_slot, reward, episode_ended)
         step_index.zero_()
         with torch.no_grad():  # the parameters did not change during the rollout: one batched pass
@@ -331,10 +329,13 @@ def main(args: Args) -> dict:
                                        ((ratio - 1) - logratio).mean(),
                                        ((ratio - 1).abs() > args.clip_coef).float().mean()]))
 
-    # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
+    # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls. The
+    # copies between host and device stay outside the compiled functions, inside the captured ones: compiled,
+    # a copy from pinned memory would go through an unpinned buffer, which a CUDA graph cannot capture.
     act, finish_rollout, update = path.compile(act), path.compile(finish_rollout), path.compile(update)
-    act_first, act_next = path.capture(lambda: act(first_of_rollout=True)), path.capture(lambda: act(False))
-    finish, update = path.capture(finish_rollout), path.capture(update)
+    act_first = path.capture(lambda: link.send_action(act(*link.receive(), first_of_rollout=True)))
+    act_next = path.capture(lambda: link.send_action(act(*link.receive(), first_of_rollout=False)))
+    finish, update = path.capture(lambda: finish_rollout(*link.receive())), path.capture(update)
 
     # TRY NOT TO MODIFY: checkpoints and resume. The C++ games cannot be saved: a resumed run starts new games
     # (seeded by its step count); the networks, optimizer, noise and counters continue.

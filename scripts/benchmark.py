@@ -104,7 +104,8 @@ def machine() -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda_runtime": torch.version.cuda,
-        **{pkg: version(pkg) for pkg in ("tensordict", "gymnasium", "mujoco", "numpy", "mujoco-warp", "warp-lang")},
+        **{pkg: version(pkg) for pkg in ("tensordict", "gymnasium", "mujoco", "numpy", "mujoco-warp", "warp-lang",
+                                         "ale-py")},
         "git_commit": run(["git", "rev-parse", "HEAD"]) or None,
         "git_dirty": bool(run(["git", "status", "--porcelain", "--untracked-files=no"])),
     }

@@ -148,6 +148,10 @@ ALGORITHMS = {
                                                "policy_loss", 500, bf16=True)}),
     "ppo_atari": Algorithm(
         "ppo_atari", {},
+        # CleanRL's 8 envs, and 64 (the ratio to env-only throughput is scripts/atari_env_speed.py's).
+        speed=(Task("ppo_atari", "Breakout-v5", 8 * 128 * 24, 8 * 128 * 8, min_steps=8 * 128 * 4),
+               Task("ppo_atari", "Breakout-v5", 64 * 128 * 6, 64 * 128 * 3, variant="envs64",
+                    flags=("--num-envs", "64"), cuda_only=True)),
         # 2 epochs x 2 minibatches: after 16 Adam steps per log, the CNN's rounding (eager vs compiled convolutions)
         # has grown to ~1e-3 of the loss; after 4 it stays at ~1e-5.
         tests={"ppo-atari": TestRun("ppo_atari", ("--num-envs", "4", "--num-steps", "16", "--total-timesteps", "512",
