@@ -4,10 +4,11 @@
 The envs are ale-py's C++ vector env: 84x84 grayscale frames, 4 stacked, 4 frames per action (max-pooled over
 the last two), up to 30 no-op starts, FIRE on reset, an episode ended on every lost life (episodic life) while
 the game goes on, rewards clipped to their sign for learning (the game's own score is what gets logged), no
-sticky actions, games cut at 108,000 frames. Each step the stacked uint8 frames go to the device in one copy
-and are scaled there; `act` (store the envs' answer, run the Nature CNN policy, send the action back) is one
-captured call, as are `finish_rollout` (values, GAE, the epochs' minibatch order) and each minibatch `update`.
-The envs step in C++ threads, so the loop's own CPU work is one send and one receive per step.
+sticky actions, games cut at 108,000 frames. Each step the stacked uint8 frames go to the device from pinned
+memory and are scaled there; `act` (store the envs' answer, run the Nature CNN policy, send the action back)
+is one captured call, as are `finish_rollout` (values, GAE, the epochs' minibatch order) and each minibatch
+`update`. The games are two groups that take turns: while one group's games step in C++ threads, the policy
+acts on the GPU for the other, so the policy's time hides behind the games' during a rollout.
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ class Args(RunArgs):
     learning_rate: float = 2.5e-4
     """Adam learning rate"""
     num_envs: int = 8
-    """parallel games"""
+    """parallel games (even: two groups of them take turns)"""
     num_steps: int = 128
     """steps per env per rollout"""
     env_threads: int = 0
-    """C++ threads that step the games (0: one per game, at most one per CPU core)"""
+    """C++ threads that step the games, shared by the two groups (0: one per game, at most one per CPU core)"""
     anneal_lr: bool = True
     """anneal the learning rate linearly to 0"""
     gamma: float = 0.99
@@ -83,14 +84,15 @@ def ale_game(env_id: str) -> str:
     return game
 
 
-def make_envs(args: Args):
+def make_envs(args: Args, num_envs: int):
+    """`num_envs` games of ale-py's C++ vector env, stepped by their share of --env-threads."""
     game = ale_game(args.env_id)
     from ale_py.vector_env import AtariVectorEnv
 
-    threads = args.env_threads or min(args.num_envs, os.cpu_count() or 1)
+    threads = max(1, (args.env_threads or min(args.num_envs, os.cpu_count() or 1)) * num_envs // args.num_envs)
     # life_loss_info: an episode ends at a lost life and the game goes on (envpool's episodic_life; ale-py's
     # episodic_life would restart the game). Unclipped rewards: the score is logged, the sign is learned.
-    return AtariVectorEnv(game, args.num_envs, num_threads=threads, frameskip=4, stack_num=4,
+    return AtariVectorEnv(game, num_envs, num_threads=threads, frameskip=4, stack_num=4,
                           img_height=84, img_width=84, grayscale=True, maxpool=True, noop_max=30,
                           repeat_action_probability=0.0, max_num_frames_per_episode=108_000,
                           life_loss_info=True, reward_clipping=False, use_fire_reset=True, autoreset_mode="SameStep")
@@ -214,13 +216,17 @@ class Games:
 def check_args(args: Args) -> None:
     check(args.env_backend == "gymnasium", "Atari runs on ale-py's C++ vector env (CPU); leave out --env-backend")
     check(not args.capture_video, "--capture-video is not supported for Atari here; evaluate with ale-py instead")
-    for name in ("num_steps", "num_minibatches", "update_epochs"):
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):
         check(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive (got {getattr(args, name)})")
     check(args.env_threads >= 0, f"--env-threads must be >= 0 (got {args.env_threads})")
+    check(args.num_envs % 2 == 0, f"--num-envs must be even: two groups of games take turns (got {args.num_envs})")
     check(args.learning_rate > 0, f"--learning-rate must be positive (got {args.learning_rate})")
     batch = args.num_envs * args.num_steps
     check(batch % args.num_minibatches == 0,
           f"--num-minibatches {args.num_minibatches} must divide num-envs x num-steps = {batch}")
+    check(batch // args.num_minibatches >= 2 or not args.norm_adv,
+          f"--num-minibatches {args.num_minibatches} leaves one sample per minibatch, whose advantage cannot be "
+          "normalized: use fewer minibatches or more envs or steps")
     check(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1] (got {args.gae_lambda})")
     check(args.clip_coef > 0 and args.max_grad_norm > 0, "--clip-coef and --max-grad-norm must be positive")
     check(args.ent_coef >= 0 and args.vf_coef >= 0, "--ent-coef and --vf-coef must be >= 0")
@@ -231,12 +237,13 @@ def check_args(args: Args) -> None:
 def main(args: Args) -> dict:
     check_args(args)
     check_run_args(args)
-    envs = make_envs(args)  # checks the game id first: a bad one leaves no run folder
+    n_envs, num_steps, group_size = args.num_envs, args.num_steps, args.num_envs // 2
+    groups = [make_envs(args, group_size) for _ in range(2)]  # checks the game id first: no run folder if bad
     device = pick_device(args.cuda)
     path = ExecutionPath(args, device)
     seed_everything(args.seed)
     logger = RunLogger(args, "ppo_atari", args.total_timesteps, device, run_root=args.runs_dir)
-    n_envs, num_steps, n_actions = args.num_envs, args.num_steps, int(envs.single_action_space.n)
+    n_actions = int(groups[0].single_action_space.n)
     batch_size = n_envs * num_steps
     minibatch_size = batch_size // args.num_minibatches
 
@@ -253,41 +260,44 @@ def main(args: Args) -> dict:
     advantages, returns = torch.zeros(batch_size, device=device), torch.zeros(batch_size, device=device)
     permutations = torch.zeros(args.update_epochs, batch_size, dtype=torch.long, device=device)
     minibatches = permutations.view(-1, minibatch_size)  # every epoch's minibatches, in order
-    step_index = torch.zeros((), dtype=torch.long, device=device)
+    step_index = torch.zeros(2, dtype=torch.long, device=device)  # each group's slot in the rollout
     last_slot = torch.tensor(num_steps - 1, device=device)
     metric_names = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"]
     metrics = torch.zeros(len(metric_names), device=device)  # the last minibatch's, read when logging
-    link = FrameLink(n_envs, device)
+    links = [FrameLink(group_size, device) for _ in groups]
 
     def put(storage, index, value):
         """storage[index] = value for a 0-dim device index: plain indexing would read the index on the host."""
         storage.index_copy_(0, index.view(1), value.unsqueeze(0))
 
-    def record(slot, reward, episode_ended):
-        """Store the envs' answer to the action taken at `slot`; the reward's sign is what is learned."""
-        put(rewards, slot, reward.sign())
-        put(ended, slot, episode_ended)
+    def record(slot, group: int, reward, episode_ended):
+        """Store a group's answer to the action taken at `slot`; the reward's sign is what is learned."""
+        columns = slice(group * group_size, (group + 1) * group_size)
+        put(rewards[:, columns], slot, reward.sign())
+        put(ended[:, columns], slot, episode_ended)
 
-    def act(frames, reward, episode_ended, first_of_rollout: bool) -> torch.Tensor:
-        """Store the answer to the previous action (the rollout's last is stored by `finish_rollout`), then choose
-        the action for `frames` and store the frames, action and log-probability at the step's slot."""
+    def act(frames, reward, episode_ended, group: int, first_of_rollout: bool) -> torch.Tensor:
+        """Store the group's answer to its previous action (the rollout's last is stored by `finish_rollout`),
+        then choose the action for `frames` and store the frames, action and log-probability at its slot."""
+        slot, columns = step_index[group], slice(group * group_size, (group + 1) * group_size)
         if not first_of_rollout:
-            record(step_index - 1, reward, episode_ended)
+            record(slot - 1, group, reward, episode_ended)
         with torch.no_grad():
-            action, logprob = agent.sample(frames, gumbel.index_select(0, step_index.view(1)).squeeze(0))
-        put(obs_buf, step_index, frames)
-        put(actions, step_index, action)
-        put(logprobs, step_index, logprob)
-        step_index.add_(1)
+            action, logprob = agent.sample(frames, gumbel[:, columns].index_select(0, slot.view(1)).squeeze(0))
+        put(obs_buf[:, columns], slot, frames)
+        put(actions[:, columns], slot, action)
+        put(logprobs[:, columns], slot, logprob)
+        step_index[group] += 1
         return action
 
-    def finish_rollout(frames, reward, episode_ended) -> None:
-        """The rollout's last answer, its values, GAE and every epoch's minibatch order."""
-        record(last_slot, reward, episode_ended)
+    def finish_rollout(answers) -> None:
+        """The rollout's last answers (one per group), its values, GAE and every epoch's minibatch order."""
+        for group, (_, reward, episode_ended) in enumerate(answers):
+            record(last_slot, group, reward, episode_ended)
         step_index.zero_()
         with torch.no_grad():  # the parameters did not change during the rollout: one batched pass
             values.copy_(agent.value(obs_buf.flatten(0, 1)).view(num_steps, n_envs))
-            next_value = agent.value(frames)
+            next_value = agent.value(torch.cat([frames for frames, _, _ in answers]))
         next_values = torch.cat([values[1:], next_value.unsqueeze(0)])
         not_ended = 1 - ended
         deltas = rewards + args.gamma * next_values * not_ended - values
@@ -333,9 +343,10 @@ def main(args: Args) -> dict:
     # copies between host and device stay outside the compiled functions, inside the captured ones: compiled,
     # a copy from pinned memory would go through an unpinned buffer, which a CUDA graph cannot capture.
     act, finish_rollout, update = path.compile(act), path.compile(finish_rollout), path.compile(update)
-    act_first = path.capture(lambda: link.send_action(act(*link.receive(), first_of_rollout=True)))
-    act_next = path.capture(lambda: link.send_action(act(*link.receive(), first_of_rollout=False)))
-    finish, update = path.capture(lambda: finish_rollout(*link.receive())), path.capture(update)
+    act_steps = [[path.capture(lambda g=group, first=first: links[g].send_action(act(*links[g].receive(), g, first)))
+                  for first in (True, False)] for group in (0, 1)]  # [group][first step of the rollout or not]
+    finish = path.capture(lambda: finish_rollout([link.receive() for link in links]))
+    update = path.capture(update)
 
     # TRY NOT TO MODIFY: checkpoints and resume. The C++ games cannot be saved: a resumed run starts new games
     # (seeded by its step count); the networks, optimizer, noise and counters continue.
@@ -343,14 +354,23 @@ def main(args: Args) -> dict:
                               tensors={"step_index": step_index, "gumbel": gumbel})
     start_iteration, global_step = 0, 0
     if args.resume:
-        envs, saved = checkpoints.resume(envs, link)
+        _, saved = checkpoints.resume(None, link=None)
         optimizer.param_groups[0]["lr"] = lr  # the device tensor that annealing writes, not the loaded copy
         start_iteration, global_step = saved["iteration"], saved["global_step"]
     else:
         draw_noise()  # the first rollout's
-    frames, info = envs.reset(seed=args.seed + global_step)
-    link.reset(frames)
-    games = Games(n_envs, info["lives"])
+    games = []
+    for group, (envs, link) in enumerate(zip(groups, links, strict=True)):
+        frames, info = envs.reset(seed=args.seed + global_step + group * group_size)  # one seed per game
+        link.reset(frames)
+        games.append(Games(group_size, info["lives"]))
+
+    def receive(group: int) -> list[tuple[float, int]]:
+        """A group's answer to its last action, staged for the device; the games it ended."""
+        frames, reward, terminated, truncated, info = groups[group].recv()
+        episode_ended = terminated | truncated  # a time limit ends an episode as a loss of life does
+        links[group].send(frames, reward, episode_ended)
+        return games[group].after_step(reward, episode_ended, info["lives"])
 
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step}
@@ -363,15 +383,17 @@ def main(args: Args) -> dict:
             if args.anneal_lr:
                 lr.fill_(args.learning_rate * (1 - iteration / num_iterations))
             for step in range(num_steps):
-                (act_next if step else act_first)()  # on the device: store the last answer, choose the action
-                link.action_queued()
-                envs.send(link.action())  # the C++ threads step the games
-                frames, reward, terminated, truncated, info = envs.recv()
-                episode_ended = terminated | truncated  # a time limit ends an episode as a loss of life does
-                global_step += n_envs
-                link.send(frames, reward, episode_ended)
-                logger.log_episodes(global_step, games.after_step(reward, episode_ended, info["lives"]))
+                for group in (0, 1):  # the policy acts for one group while the other group's games step
+                    act_steps[group][step > 0]()  # on the device: store the last answer, choose the action
+                    links[group].action_queued()
+                    groups[group].send(links[group].action())  # its games step in C++ threads, from now
+                    if step or group:  # the other group's games have stepped meanwhile
+                        global_step += group_size
+                        logger.log_episodes(global_step, receive(1 - group))
                 logger.progress(global_step)
+            global_step += group_size
+            logger.log_episodes(global_step, receive(1))  # the rollout's last step
+            logger.progress(global_step)
             finish()  # the last answer, values, GAE and the minibatch order, on the device
             draw_noise()  # the next rollout's
             for minibatch in minibatches:
@@ -381,14 +403,15 @@ def main(args: Args) -> dict:
                                                                             strict=True)))
             next_iteration = iteration + 1
             if checkpoints.due(global_step, batch_size):
-                checkpoints.save_periodic(envs, link, counters())
+                checkpoints.save_periodic(groups, None, counters())
             if logger.stop.requested:  # Ctrl-C or a non-finite loss: stop where an iteration ends, not mid-rollout
                 break
         if args.save_model:
-            checkpoints.save("ppo_atari.pt", envs, link, counters())
+            checkpoints.save("ppo_atari.pt", groups, None, counters())
             export_policy(GreedyPolicy(agent), FRAMES, os.path.join(logger.dir, "ppo_atari.pt2"))
     finally:
-        envs.close()
+        for envs in groups:
+            envs.close()
         summary = logger.close(checkpoint=checkpoints.last)
     return summary
 

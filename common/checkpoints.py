@@ -50,8 +50,9 @@ class Checkpoints:
             envs = pickle.loads(state["envs"])
             if link is not None:
                 link.load_state_dict(state["link"])
-        else:  # envs that cannot be saved (subprocesses, MuJoCo) restart with fresh episodes
+        elif link is not None:  # envs that cannot be saved (subprocesses, MuJoCo) restart with fresh episodes
             link.reset(envs.reset(seed=self.args.seed + state["counters"]["global_step"])[0])
+        # (without a link, the script restarts such envs itself)
         set_rng_state(state["rng"])
         return envs, state["counters"]
 

@@ -34,7 +34,7 @@ class Args:
 
 
 def env_steps_per_second(env_id: str, num_envs: int, seconds: float) -> float:
-    envs = make_envs(PPOArgs(env_id=env_id, num_envs=num_envs))
+    envs = make_envs(PPOArgs(env_id=env_id, num_envs=num_envs), num_envs)
     n_actions = int(envs.single_action_space.n)
     rng = np.random.default_rng(0)
     actions = rng.integers(0, n_actions, (1024, num_envs))

@@ -38,7 +38,10 @@ sys.path.insert(0, ROOT)
 from scripts.registry import ALGORITHMS, Task  # noqa: E402
 
 PATH_FLAGS = {"eager": [], "compile": ["--compile"], "cudagraphs": ["--cudagraphs"],
-              "compile+cudagraphs": ["--compile", "--cudagraphs"]}
+              "compile+cudagraphs": ["--compile", "--cudagraphs"],
+              # The peer baseline: torch.compile(mode="reduce-overhead"), torch's own CUDA graphs (cudagraph trees),
+              # the route PyTorch's docs recommend first. That mode is exactly this inductor option.
+              "reduce-overhead": ["--compile", "--inductor", "triton.cudagraphs=True"]}
 
 
 @dataclass
@@ -195,6 +198,8 @@ def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
                            flags=(*task.flags, *shlex.split(args.extra_flags)))
         for path in paths:
             if task.compile_only and "--compile" not in PATH_FLAGS[path]:
+                continue
+            if path == "reduce-overhead" and "--inductor" in task.flags:  # a second --inductor would replace it
                 continue
             for seed in args.seeds if (args.suite == "speed" or path != "eager") else args.seeds[:1]:
                 runs.append((task, path, seed))

@@ -138,11 +138,12 @@ ALGORITHMS = {
                           "--hidden-size", "256", "--stop-at-return", "5000"), cuda_only=True),),
         tests={"ppo-device-envs": TestRun("ppo_device_envs", ("--total-timesteps", "1536", "--num-steps", "64",
                                                               "--log-every", "1"), "policy_loss", 1000),
-               # MuJoCo Warp on warp's CPU backend: Humanoid's random episodes end within ~20 steps.
+               # MuJoCo Warp on warp's CPU backend: Humanoid's random episodes end within ~20 steps. Few steps:
+               # warp's CPU kernels take ~40 ms per step of 4 worlds.
                "ppo-device-envs-mjwarp": TestRun("ppo_device_envs", ("--env-backend", "mjwarp", "--env-id",
                                                                      "Humanoid-v5", "--num-envs", "4", "--num-steps",
-                                                                     "16", "--total-timesteps", "512", "--log-every",
-                                                                     "1"), "policy_loss", 300),
+                                                                     "8", "--num-minibatches", "4", "--total-timesteps",
+                                                                     "256", "--log-every", "1"), "policy_loss", 150),
                "ppo-device-envs-bf16": TestRun("ppo_device_envs", ("--num-envs", "8", "--num-steps", "16", "--bf16",
                                                                    "--total-timesteps", "768", "--log-every", "1"),
                                                "policy_loss", 500, bf16=True)}),

@@ -14,6 +14,8 @@ from turborl.paths import ExecutionPath
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 PATHS = {"compile": ["--compile"], "cudagraphs": ["--cudagraphs"], "compile+cudagraphs": ["--compile", "--cudagraphs"]}
+# The benchmark's peer baseline, torch.compile(mode="reduce-overhead"): it must compute what the others compute.
+REDUCE_OVERHEAD = ["--compile", "--inductor", "triton.cudagraphs=True"]
 
 # Every CPU test run, and the device PPO with the benchmark's tuned flags (bfloat16 hidden layers; launch options
 # that change how kernels launch and group, never what they compute: flags of the compiled paths only).
@@ -26,7 +28,8 @@ def test_four_paths_same_first_losses(tmp_path, case):
     test_run = case if case in TEST_RUNS else "ppo-device-envs-bf16"
     eager = first_losses(test_run, str(tmp_path / "eager"))
     tolerance = {"rtol": 2e-2, "atol": 1e-3} if TEST_RUNS[test_run].bf16 else {"rtol": 1e-3, "atol": 1e-5}
-    for name, path_flags in PATHS.items():
+    peer = {} if COMPILED_FLAGS[case] else {"reduce-overhead": REDUCE_OVERHEAD}  # one --inductor flag per run
+    for name, path_flags in {**PATHS, **peer}.items():
         extra = COMPILED_FLAGS[case] if "--compile" in path_flags else ()
         torch.testing.assert_close(first_losses(test_run, str(tmp_path / name), *path_flags, *extra), eager,
                                    **tolerance, msg=lambda m, name=name: f"{case} {name}: {m}")

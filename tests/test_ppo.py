@@ -82,6 +82,7 @@ def test_bad_input_is_one_clear_line(tmp_path, flags, words):
     (["--env-backend", "gymnasium"], ["algos/ppo.py"]),
     (["--num-minibatches", "3"], ["--num-minibatches 3", "512"]),
     (["--hidden-size", "0"], ["--hidden-size must be positive"]),
+    (["--num-envs", "1", "--num-steps", "4", "--num-minibatches", "4"], ["one sample per minibatch"]),
 ])
 def test_device_envs_bad_input_is_one_clear_line(tmp_path, flags, words):
     assert_user_error(run_script("ppo_device_envs", *flags, "--runs-dir", str(tmp_path)), *words)

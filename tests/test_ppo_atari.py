@@ -19,7 +19,7 @@ from turborl.logger import RunLogger  # noqa: E402
 
 
 def test_frames_reach_the_policy_stacked_and_scaled_as_the_env_gives_them():
-    envs = ppo_atari.make_envs(ppo_atari.Args(num_envs=2, env_threads=1))
+    envs = ppo_atari.make_envs(ppo_atari.Args(num_envs=2, env_threads=1), 2)
     link = ppo_atari.FrameLink(2, torch.device("cpu"))
     frames, info = envs.reset(seed=3)
     assert frames.shape == (2, *ppo_atari.FRAMES) and frames.dtype == np.uint8
@@ -59,6 +59,7 @@ def test_games_are_logged_whole_across_lost_lives():
     (["--env-backend", "torch"], ["ale-py's C++ vector env"]),
     (["--num-minibatches", "3"], ["--num-minibatches 3", "1024"]),
     (["--env-threads", "-1"], ["--env-threads must be >= 0"]),
+    (["--num-envs", "3"], ["--num-envs must be even"]),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, flags, words):
     assert_user_error(run_script("ppo_atari", *flags, "--runs-dir", str(tmp_path / "runs")), *words)

@@ -49,7 +49,8 @@ def test_report_tables_speedups_failures_and_readme_block(tmp_path):
     runs = {"speed": [sample_run("td3", "HalfCheetah-v5", "eager", 100.0),
                       sample_run("td3", "HalfCheetah-v5", "compile+cudagraphs", 2500.0) | {"peak_gpu_memory_mb": 812.4},
                       sample_run("td3", "HalfCheetah-v5", "compile", None, status="failed"),
-                      sample_run("td3", "HalfCheetah-v5", "cudagraphs", None)],  # too short for a steady window
+                      sample_run("td3", "HalfCheetah-v5", "cudagraphs", None),  # too short for a steady window
+                      sample_run("td3", "HalfCheetah-v5", "reduce-overhead", 1000.0)],  # the peer baseline
             "learning": [sample_run("dqn", "CartPole-v1", "compile+cudagraphs", 9000.0, suite="learning", seed=s,
                                     final_return=r) for s, r in ((1, 480.0), (2, 500.0))]}
     runs["learning"][0].update(solved_seconds=7.0, concurrent_runs=3)
@@ -66,8 +67,8 @@ def test_report_tables_speedups_failures_and_readme_block(tmp_path):
 
     text = report.report(report.Args(results=str(results), readme=str(readme)))
 
-    assert ("| td3 | HalfCheetah-v5 | 100 | failed | no steady window | 2,500 | 25.0x (compile+cudagraphs) | 400 (50) "
-            "| 2.0 | 812 |" in text)
+    assert ("| td3 | HalfCheetah-v5 | 100 | failed | no steady window | 2,500 | 1,000 | 25.0x (compile+cudagraphs) "
+            "| 2.50x | 400 (50) | 2.0 | 812 |" in text)
     assert "exit 1: boom" in text and "Test GPU" in text and "abcdef0" in text
     assert "| dqn | CartPole-v1 | compile+cudagraphs | 1,000 | 2 | 490.0 ± 10.0 | 488.7 | 10 | 8.0 |" in text
     assert "shared the machine (3 at a time" in text
