@@ -187,13 +187,6 @@ class FrameLink:
             self.event.synchronize()
         return self.action_out.numpy()
 
-    def state_dict(self) -> dict:
-        return {name: tensor.clone() for name, tensor in self.staged.items()}
-
-    def load_state_dict(self, state: dict) -> None:
-        for name, tensor in self.staged.items():
-            tensor.copy_(state[name])
-
 
 class Games:
     """Whole games, for the log: an episode ends at every lost life, a game when the env restarts it (its lives
