@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from turborl.checkpoints import Checkpoints, export_policy
-from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
+from turborl.cli import RunArgs, check, check_ppo_args, check_run_args, cli, pick_device, seed_everything
 from turborl.envs import EnvLink, EnvStep, action_space, final_observations, make_env, track_episodes
 from turborl.logger import RunLogger
 from turborl.numerics import RunningMeanStd, reverse_scan
@@ -169,20 +169,7 @@ def resolve_defaults(args: Args) -> bool:
             setattr(args, name, value)
     if args.async_envs is None:
         args.async_envs = args.num_envs > 1 and not is_cheap(args.env_id)
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):
-        check(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive (got {getattr(args, name)})")
-    check(args.learning_rate > 0, f"--learning-rate must be positive (got {args.learning_rate})")
-    batch = args.num_envs * args.num_steps
-    check(batch % args.num_minibatches == 0,
-          f"--num-minibatches {args.num_minibatches} must divide num-envs x num-steps = {batch}")
-    check(batch // args.num_minibatches >= 2 or not args.norm_adv,
-          f"--num-minibatches {args.num_minibatches} leaves one sample per minibatch, whose advantage cannot be "
-          "normalized: use fewer minibatches or more envs or steps")
-    check(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1] (got {args.gae_lambda})")
-    check(args.clip_coef > 0 and args.max_grad_norm > 0, "--clip-coef and --max-grad-norm must be positive")
-    check(args.ent_coef >= 0 and args.vf_coef >= 0, "--ent-coef and --vf-coef must be >= 0")
-    check(args.total_timesteps >= batch,
-          f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
+    check_ppo_args(args)
     return discrete
 
 

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from turborl.checkpoints import Checkpoints, export_policy
-from turborl.cli import RunArgs, UserError, check, check_run_args, cli, pick_device, seed_everything
+from turborl.cli import RunArgs, UserError, check, check_ppo_args, check_run_args, cli, pick_device, seed_everything
 from turborl.logger import RunLogger
 from turborl.numerics import reverse_scan
 from turborl.paths import ExecutionPath
@@ -209,22 +209,9 @@ class Games:
 def check_args(args: Args) -> None:
     check(args.env_backend == "gymnasium", "Atari runs on ale-py's C++ vector env (CPU); leave out --env-backend")
     check(not args.capture_video, "--capture-video is not supported for Atari here; evaluate with ale-py instead")
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):
-        check(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive (got {getattr(args, name)})")
-    check(args.env_threads >= 0, f"--env-threads must be >= 0 (got {args.env_threads})")
+    check_ppo_args(args)
     check(args.num_envs % 2 == 0, f"--num-envs must be even: two groups of games take turns (got {args.num_envs})")
-    check(args.learning_rate > 0, f"--learning-rate must be positive (got {args.learning_rate})")
-    batch = args.num_envs * args.num_steps
-    check(batch % args.num_minibatches == 0,
-          f"--num-minibatches {args.num_minibatches} must divide num-envs x num-steps = {batch}")
-    check(batch // args.num_minibatches >= 2 or not args.norm_adv,
-          f"--num-minibatches {args.num_minibatches} leaves one sample per minibatch, whose advantage cannot be "
-          "normalized: use fewer minibatches or more envs or steps")
-    check(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1] (got {args.gae_lambda})")
-    check(args.clip_coef > 0 and args.max_grad_norm > 0, "--clip-coef and --max-grad-norm must be positive")
-    check(args.ent_coef >= 0 and args.vf_coef >= 0, "--ent-coef and --vf-coef must be >= 0")
-    check(args.total_timesteps >= batch,
-          f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
+    check(args.env_threads >= 0, f"--env-threads must be >= 0 (got {args.env_threads})")
 
 
 def main(args: Args) -> dict:

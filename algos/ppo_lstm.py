@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from turborl.checkpoints import Checkpoints, export_policy
-from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
+from turborl.cli import RunArgs, check, check_ppo_args, check_run_args, cli, pick_device, seed_everything
 from turborl.envs import EnvLink, EnvStep, action_space, final_observations, make_env, track_episodes
 from turborl.logger import RunLogger
 from turborl.numerics import RunningMeanStd, reverse_scan
@@ -202,18 +202,8 @@ def resolve_defaults(args: Args) -> bool:
     for name, value in (DISCRETE_DEFAULTS if discrete else CONTINUOUS_DEFAULTS).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    for name in ("num_steps", "num_minibatches", "update_epochs", "lstm_size"):
-        check(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive (got {getattr(args, name)})")
-    check(args.learning_rate > 0, f"--learning-rate must be positive (got {args.learning_rate})")
-    check(args.num_envs % args.num_minibatches == 0,
-          f"--num-minibatches {args.num_minibatches} must divide --num-envs {args.num_envs} (a minibatch is whole "
-          "env sequences)")
-    check(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1] (got {args.gae_lambda})")
-    check(args.clip_coef > 0 and args.max_grad_norm > 0, "--clip-coef and --max-grad-norm must be positive")
-    check(args.ent_coef >= 0 and args.vf_coef >= 0, "--ent-coef and --vf-coef must be >= 0")
-    batch = args.num_envs * args.num_steps
-    check(args.total_timesteps >= batch,
-          f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
+    check_ppo_args(args, whole_sequences=True)
+    check(args.lstm_size > 0, f"--lstm-size must be positive (got {args.lstm_size})")
     return discrete
 
 

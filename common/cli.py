@@ -149,6 +149,28 @@ def check_run_args(args: RunArgs) -> None:
         load_checkpoint(args.resume, args, mmap=True)
 
 
+def check_ppo_args(args, whole_sequences: bool = False) -> None:
+    """The checks of the hyperparameters every PPO script has. Minibatches split the rollout's num-envs x
+    num-steps samples, or with `whole_sequences` its envs (a recurrent policy trains on whole env sequences)."""
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):
+        check(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive (got {getattr(args, name)})")
+    check(args.learning_rate > 0, f"--learning-rate must be positive (got {args.learning_rate})")
+    batch, minibatches = args.num_envs * args.num_steps, args.num_minibatches
+    if whole_sequences:
+        check(args.num_envs % minibatches == 0, f"--num-minibatches {minibatches} must divide --num-envs "
+                                                f"{args.num_envs} (a minibatch is whole env sequences)")
+    else:
+        check(batch % minibatches == 0, f"--num-minibatches {minibatches} must divide num-envs x num-steps = {batch}")
+        check(batch // minibatches >= 2 or not args.norm_adv,
+              f"--num-minibatches {minibatches} leaves one sample per minibatch, whose advantage cannot be "
+              "normalized: use fewer minibatches or more envs or steps")
+    check(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1] (got {args.gae_lambda})")
+    check(args.clip_coef > 0 and args.max_grad_norm > 0, "--clip-coef and --max-grad-norm must be positive")
+    check(args.ent_coef >= 0 and args.vf_coef >= 0, "--ent-coef and --vf-coef must be >= 0")
+    check(args.total_timesteps >= batch,
+          f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
+
+
 def pick_device(cuda: bool) -> torch.device:
     """CUDA when asked for and present, else CPU."""
     return torch.device("cuda") if cuda and torch.cuda.is_available() else torch.device("cpu")

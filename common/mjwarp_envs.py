@@ -193,6 +193,7 @@ class MjWarpVectorEnv(TorchVectorEnv):
 
 class HalfCheetah(MjWarpVectorEnv):
     observes_derived = False
+
     def observe(self, state):
         return state[:, 1:].clone()  # qpos without x, then qvel
 
