@@ -68,6 +68,12 @@ class Algorithm:
 TORCH_ENVS_4096 = ("--num-envs", "4096", "--num-steps", "128", "--tf32")
 PENDULUM_OFF_POLICY = ("--env-id", "Pendulum-v1", "--total-timesteps", "450", "--learning-starts", "300",
                        "--log-every", "5")
+# FastTD3's recipe at a test's size: 8 envs, small networks and batches (bf16: on CUDA its updates run in
+# bfloat16 autocast, which compiled code may round differently).
+TD3_DEVICE_SMALL = ("--env-backend", "torch", "--env-id", "Pendulum-v1", "--num-envs", "8", "--total-timesteps",
+                    "480", "--learning-starts", "160", "--buffer-size", "1000", "--batch-size", "64",
+                    "--critic-hidden-dim", "32", "--actor-hidden-dim", "16", "--log-every", "2")
+TD3_DEVICE_PENDULUM = (*TD3_DEVICE_SMALL, "--v-min", "-1000", "--v-max", "0")
 
 ALGORITHMS = {
     "dqn": Algorithm(
@@ -91,6 +97,13 @@ ALGORITHMS = {
         learning=(Task("sac", "HalfCheetah-v5", 1_000_000, 30_000),),
         long=(Task("sac", "Ant-v5", 1_000_000, 1_000_000), Task("sac", "Ant-v4", 1_000_000, 1_000_000)),
         tests={"sac": TestRun("sac", PENDULUM_OFF_POLICY, "qf_loss", 400)}),
+    "td3_device_envs": Algorithm(
+        "td3_device_envs", {},
+        tests={"td3-device-envs": TestRun("td3_device_envs", TD3_DEVICE_PENDULUM, "qf_loss", 320, bf16=True),
+               # MuJoCo Warp on warp's CPU backend (~10 ms per step of a few HalfCheetah worlds): few steps.
+               "td3-device-envs-mjwarp": TestRun("td3_device_envs", ("--env-backend", "mjwarp", "--env-id",
+                                                                     "HalfCheetah-v5", *TD3_DEVICE_SMALL[4:]),
+                                                 "qf_loss", 320, bf16=True)}),
     "ppo": Algorithm(
         "ppo", {"CartPole-v1": 490.0, "HalfCheetah-v5": 1443.0},
         speed=(Task("ppo", "CartPole-v1", 200_000, 50_000, min_steps=8 * 512),
