@@ -1,5 +1,5 @@
-"""Device-side numerics the PPO scripts share: running statistics for normalization, and a parallel reverse
-scan for GAE. Both are plain tensor ops, updated in place, so they compile and capture."""
+"""Device-side numerics the scripts share: running statistics for normalization (PPO, TD3 on device envs), and a
+parallel reverse scan for GAE. Both are plain tensor ops, updated in place, so they compile and capture."""
 
 from __future__ import annotations
 
