@@ -23,7 +23,7 @@ from turborl.checkpoints import Checkpoints, export_policy
 from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
 from turborl.envs import make_env, track_episodes
 from turborl.logger import RunLogger
-from turborl.numerics import RunningMeanStd
+from turborl.numerics import RunningMeanStd, project
 from turborl.paths import ExecutionPath
 
 
@@ -104,9 +104,13 @@ class TwinCritic(nn.Module):
         for weight, bias in zip(self.weights, self.biases, strict=True):
             linear_init(weight, bias, weight.shape[1])
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+        """`detach_params`: gradients reach the inputs only (the actor's loss: the critics are not stepped with it,
+        and their weights' gradients would cost as much as the rest of the backward pass)."""
         x = torch.cat([obs, action], 1).expand(2, -1, -1)
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
+            if detach_params:
+                weight, bias = weight.detach(), bias.detach()
             x = torch.baddbmm(bias, x, weight)
             if i < len(self.weights) - 1:
                 x = F.relu(x)
@@ -125,20 +129,6 @@ class Actor(nn.Module):
 
     def forward(self, obs):
         return torch.tanh(self.net(obs)) * self.action_scale + self.action_bias
-
-
-def project(probs: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
-    """C51's projection: the distribution of reward + discount * Z (Z ~ probs, one row per sample, on `support`)
-    put back on `support`, each shifted value's probability split between its two neighbours there."""
-    v_min, v_max, num_atoms = support[0], support[-1], support.shape[0]
-    shifted = (reward.unsqueeze(1) + discount.unsqueeze(1) * support).clamp(v_min, v_max)
-    position = (shifted - v_min) / (support[1] - support[0])
-    below = position.floor().clamp(max=num_atoms - 2)
-    upper_share = position - below  # in [0, 1]: the top value puts all of its mass on the last atom
-    projected = torch.zeros_like(probs)
-    projected.scatter_add_(1, below.long(), probs * (1 - upper_share))
-    projected.scatter_add_(1, below.long() + 1, probs * upper_share)
-    return projected
 
 
 class DeterministicPolicy(nn.Module):
@@ -275,7 +265,7 @@ def main(args: Args) -> dict:
 
     def update_actor() -> None:
         with torch.autocast(device.type, torch.bfloat16, enabled=bf16):
-            logits = critic(batch_obs, actor(batch_obs)).float()
+            logits = critic(batch_obs, actor(batch_obs), detach_params=True).float()
         values = (logits.softmax(-1) * support).sum(-1)
         actor_loss = -values.min(0).values.mean()
         actor_optimizer.zero_grad()

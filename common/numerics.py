@@ -1,5 +1,6 @@
-"""Device-side numerics the scripts share: running statistics for normalization (PPO, TD3 on device envs), and a
-parallel reverse scan for GAE. Both are plain tensor ops, updated in place, so they compile and capture."""
+"""Device-side numerics the scripts share: running statistics for normalization (PPO, TD3 and SAC on device envs),
+a parallel reverse scan for GAE, and the projection of a distributional critic's target. All plain tensor ops
+(the statistics updated in place), so they compile and capture."""
 
 from __future__ import annotations
 
@@ -40,3 +41,17 @@ def reverse_scan(x: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
         c = torch.cat([c[:-shift] * c[shift:], c[-shift:]])
         shift *= 2
     return y
+
+
+def project(probs: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """C51's projection: the distribution of reward + discount * Z (Z ~ probs, one row per sample, on `support`)
+    put back on `support`, each shifted value's probability split between its two neighbours there."""
+    v_min, v_max, num_atoms = support[0], support[-1], support.shape[0]
+    shifted = (reward.unsqueeze(1) + discount.unsqueeze(1) * support).clamp(v_min, v_max)
+    position = ((shifted - v_min) / (support[1] - support[0])).clamp(0, num_atoms - 1)  # rounding stays inside
+    below = position.floor().clamp(max=num_atoms - 2)
+    upper_share = position - below  # in [0, 1]: the top value puts all of its mass on the last atom
+    projected = torch.zeros_like(probs)
+    projected.scatter_add_(1, below.long(), probs * (1 - upper_share))
+    projected.scatter_add_(1, below.long() + 1, probs * upper_share)
+    return projected

@@ -68,8 +68,8 @@ class Algorithm:
 TORCH_ENVS_4096 = ("--num-envs", "4096", "--num-steps", "128", "--tf32")
 PENDULUM_OFF_POLICY = ("--env-id", "Pendulum-v1", "--total-timesteps", "450", "--learning-starts", "300",
                        "--log-every", "5")
-# FastTD3's recipe at a test's size: 8 envs, small networks and batches (bf16: on CUDA its updates run in
-# bfloat16 autocast, which compiled code may round differently).
+# FastTD3's recipe (TD3 and SAC on device envs) at a test's size: 8 envs, small networks and batches (bf16: on CUDA
+# their updates run in bfloat16 autocast, which compiled code may round differently).
 TD3_DEVICE_SMALL = ("--env-backend", "torch", "--env-id", "Pendulum-v1", "--num-envs", "8", "--total-timesteps",
                     "480", "--learning-starts", "160", "--buffer-size", "1000", "--batch-size", "64",
                     "--critic-hidden-dim", "32", "--actor-hidden-dim", "16", "--log-every", "2")
@@ -116,6 +116,15 @@ ALGORITHMS = {
                "td3-device-envs-mjwarp": TestRun("td3_device_envs", ("--env-backend", "mjwarp", "--env-id",
                                                                      "HalfCheetah-v5", *TD3_DEVICE_SMALL[4:]),
                                                  "qf_loss", 320, bf16=True)}),
+    "sac_device_envs": Algorithm(
+        "sac_device_envs", {},
+        speed=(Task("sac_device_envs", "Humanoid-v5", 1024 * 400, 1024 * 60, 10 * 1024, variant="mjwarp-humanoid",
+                    cuda_only=True),),
+        learning=(Task("sac_device_envs", "Ant-v5", 30_000_000, 30_000_000, 10 * 1024, variant="mjwarp-ant",
+                       cuda_only=True),),
+        long=(Task("sac_device_envs", "Humanoid-v5", 100_000_000, 100_000_000, variant="mjwarp-humanoid",
+                   flags=("--stop-at-return", "5000"), cuda_only=True),),
+        tests={"sac-device-envs": TestRun("sac_device_envs", TD3_DEVICE_PENDULUM, "qf_loss", 320, bf16=True)}),
     "ppo": Algorithm(
         "ppo", {"CartPole-v1": 490.0, "HalfCheetah-v5": 1443.0},
         speed=(Task("ppo", "CartPole-v1", 200_000, 50_000, min_steps=8 * 512),

@@ -1,5 +1,6 @@
-"""TD3 on device envs, FastTD3's recipe (algos/td3_device_envs.py), on CPU: learning, the distributional critic's
-projection, the twin critics' batched layers, the replay at episode boundaries, user errors."""
+"""TD3 and SAC on device envs with FastTD3's recipe (algos/td3_device_envs.py, sac_device_envs.py), on CPU: learning,
+the distributional critic's projection, the twin critics' batched layers, the replay at episode boundaries, the
+SAC policy's log-probability, user errors."""
 
 import glob
 
@@ -8,19 +9,23 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from algos.td3_device_envs import TwinCritic, project
+from algos.sac_device_envs import Actor as SacActor
+from algos.td3_device_envs import TwinCritic
 from tests.helpers import assert_user_error, metric, run_main, run_script
+from turborl.numerics import project
 
 SMALL = ["--env-backend", "torch", "--env-id", "Pendulum-v1", "--critic-hidden-dim", "256", "--actor-hidden-dim",
          "128", "--v-min", "-1000", "--v-max", "0", "--buffer-size", "100000"]
 
 
-def test_learns_pendulum(tmp_path):
-    """Measured on CPU: the last 20 episodes average -175, -207, -384 after 32k, 28k, 28k steps (seeds 1, 2, 3)."""
-    result = run_script("td3_device_envs", *SMALL, "--num-envs", "32", "--batch-size", "1024", "--learning-starts",
+@pytest.mark.parametrize("script, algo", [("td3_device_envs", "td3"), ("sac_device_envs", "sac")])
+def test_learns_pendulum(tmp_path, script, algo):
+    """Measured on CPU, TD3: the last 20 episodes average -175, -207, -384 after 32k, 28k, 28k steps (seeds 1, 2, 3);
+    SAC: -165 after 32k (seed 1)."""
+    result = run_script(script, *SMALL, "--num-envs", "32", "--batch-size", "1024", "--learning-starts",
                         "640", "--total-timesteps", "32000", "--runs-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
-    [run_dir] = glob.glob(str(tmp_path / "Pendulum-v1__td3__1__*"))
+    [run_dir] = glob.glob(str(tmp_path / f"Pendulum-v1__{algo}__1__*"))
     returns = metric(run_dir, "episodic_return")
     assert len(returns) >= 32 * 5 and np.mean(returns[-20:]) >= -400, returns[-20:]
     assert np.mean(returns[:32]) < -900  # the first episodes (an untrained policy) are far below
@@ -62,15 +67,16 @@ def test_twin_critic_is_two_independent_mlps():
     assert [w.shape[1:] for w in critic.weights] == [(7, 16), (16, 8), (8, 4), (4, 7)]
 
 
-def test_replay_holds_each_episodes_last_observation_at_time_limits(tmp_path):
+@pytest.mark.parametrize("script, algo", [("td3_device_envs", "td3"), ("sac_device_envs", "sac")])
+def test_replay_holds_each_episodes_last_observation_at_time_limits(tmp_path, script, algo):
     """Pendulum's episodes end at its 200-step limit: the transition that ends one stores the last observation of
     that episode (not the next one's first) and is not terminal (it bootstraps); all others chain up."""
     n_envs, steps = 4, 210
-    run_dir = run_main("td3_device_envs", [*SMALL, "--num-envs", str(n_envs), "--total-timesteps",
+    run_dir = run_main(script, [*SMALL, "--num-envs", str(n_envs), "--total-timesteps",
                                            str(n_envs * steps), "--learning-starts", "200", "--batch-size", "32",
                                            "--critic-hidden-dim", "16", "--actor-hidden-dim", "8", "--save-model"],
                        str(tmp_path))
-    replay = torch.load(f"{run_dir}/td3.pt", weights_only=False)["replay"]
+    replay = torch.load(f"{run_dir}/{algo}.pt", weights_only=False)["replay"]
     obs = replay["rb_obs"].view(steps, n_envs, 3)
     next_obs = replay["rb_next_obs"].view(steps, n_envs, 3)
     assert not replay["rb_dones"].any()
@@ -82,17 +88,37 @@ def test_replay_holds_each_episodes_last_observation_at_time_limits(tmp_path):
     assert (torch.remainder(theta + torch.pi, 2 * torch.pi) - torch.pi).abs().max() < 0.5
 
 
-@pytest.mark.parametrize("flags, words", [
-    (["--env-backend", "gymnasium"], ["algos/td3.py"]),
-    (["--env-backend", "torch", "--env-id", "CartPole-v1"], ["continuous", "Pendulum-v1"]),
-    (["--env-backend", "torch", "--env-id", "Pendulum-v1", "--v-min", "5", "--v-max", "5"], ["--v-min"]),
-    (["--env-backend", "torch", "--env-id", "Pendulum-v1", "--num-envs", "64", "--buffer-size", "32"],
-     ["--buffer-size 32"]),
-    (["--env-backend", "torch", "--env-id", "Pendulum-v1", "--std-min", "0.5", "--std-max", "0.1"], ["--std-min"]),
-    (["--env-backend", "torch", "--env-id", "Pendulum-v1", "--num-updates", "0"], ["--num-updates"]),
+PENDULUM = ["--env-backend", "torch", "--env-id", "Pendulum-v1"]
+
+
+@pytest.mark.parametrize("script, flags, words", [
+    ("td3_device_envs", ["--env-backend", "gymnasium"], ["algos/td3.py"]),
+    ("sac_device_envs", ["--env-backend", "gymnasium"], ["algos/sac.py"]),
+    ("td3_device_envs", ["--env-backend", "torch", "--env-id", "CartPole-v1"], ["TD3", "continuous", "Pendulum-v1"]),
+    ("sac_device_envs", ["--env-backend", "torch", "--env-id", "CartPole-v1"], ["SAC", "continuous", "Pendulum-v1"]),
+    ("td3_device_envs", [*PENDULUM, "--v-min", "5", "--v-max", "5"], ["--v-min"]),
+    ("sac_device_envs", [*PENDULUM, "--num-envs", "64", "--buffer-size", "32"], ["--buffer-size 32"]),
+    ("td3_device_envs", [*PENDULUM, "--std-min", "0.5", "--std-max", "0.1"], ["--std-min"]),
+    ("td3_device_envs", [*PENDULUM, "--num-updates", "0"], ["--num-updates"]),
+    ("sac_device_envs", [*PENDULUM, "--alpha", "0"], ["--alpha"]),
 ])
-def test_bad_input_is_one_clear_line(tmp_path, flags, words):
-    assert_user_error(run_script("td3_device_envs", *flags, "--runs-dir", str(tmp_path)), *words)
+def test_bad_input_is_one_clear_line(tmp_path, script, flags, words):
+    assert_user_error(run_script(script, *flags, "--runs-dir", str(tmp_path)), *words)
+
+
+def test_sac_log_probability_is_the_squashed_gaussians():
+    """Actor.sample's log-probability against torch.distributions' tanh-transformed Normal, scaled to the bounds."""
+    torch.manual_seed(0)
+    low, high = np.array([-2.0, -0.5], np.float32), np.array([2.0, 0.5], np.float32)
+    actor = SacActor(4, 2, 16, low, high)
+    obs, eps = torch.randn(64, 4), torch.randn(64, 2)
+    action, log_prob = actor.sample(obs, eps)
+    mean, log_std = actor(obs)
+    squashed = torch.distributions.TransformedDistribution(
+        torch.distributions.Normal(mean, log_std.exp()),
+        [torch.distributions.TanhTransform(), torch.distributions.AffineTransform(0.0, torch.tensor(high))])
+    torch.testing.assert_close(action, mean.add(log_std.exp() * eps).tanh() * torch.tensor(high))
+    torch.testing.assert_close(log_prob, squashed.log_prob(action).sum(1), rtol=1e-4, atol=2e-3)
 
 
 def test_default_run_without_mujoco_warp_is_a_user_error(tmp_path):
