@@ -58,17 +58,30 @@ class Args(RunArgs):
     """clip of the target policy smoothing noise"""
 
 
-class QNetwork(nn.Module):
-    def __init__(self, obs_dim: int, action_dim: int):
-        super().__init__()
-        self.fc1 = nn.Linear(obs_dim + action_dim, 256)
-        self.fc2 = nn.Linear(256, 256)
-        self.fc3 = nn.Linear(256, 1)
+class TwinQNetwork(nn.Module):
+    """CleanRL's two Q-networks as one: each layer's weights are stacked on a leading axis of size 2, so a layer of
+    both critics is one batched matmul (half the kernels of a step that is bound by its kernel launches). Each
+    critic is initialized as nn.Linear layers would be: uniform in +-1/sqrt(fan_in)."""
 
-    def forward(self, x, a):
-        x = F.relu(self.fc1(torch.cat([x, a], 1)))
-        x = F.relu(self.fc2(x))
-        return self.fc3(x).squeeze(1)
+    def __init__(self, obs_dim: int, action_dim: int, hidden: int = 256):
+        super().__init__()
+        sizes = [obs_dim + action_dim, hidden, hidden, 1]
+        bounds = [n_in ** -0.5 for n_in in sizes[:-1]]
+        self.weights = nn.ParameterList(nn.Parameter(torch.empty(2, n_in, n_out).uniform_(-b, b))
+                                        for n_in, n_out, b in zip(sizes[:-1], sizes[1:], bounds, strict=True))
+        self.biases = nn.ParameterList(nn.Parameter(torch.empty(2, 1, n_out).uniform_(-b, b))
+                                       for n_out, b in zip(sizes[1:], bounds, strict=True))
+
+    def forward(self, x, a, detach_params: bool = False):
+        """Q-values, shape (2, batch). `detach_params`: gradients reach the inputs only (the actor's loss)."""
+        x = torch.cat([x, a], 1).expand(2, -1, -1)
+        for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
+            if detach_params:
+                weight, bias = weight.detach(), bias.detach()
+            x = torch.baddbmm(bias, x, weight)
+            if i < len(self.weights) - 1:
+                x = F.relu(x)
+        return x.squeeze(2)
 
 
 class Actor(nn.Module):
@@ -114,13 +127,12 @@ def main(args: Args) -> dict:
 
     # ALGO LOGIC: networks, optimizers and the replay memory, all on the device and updated in place
     actor = Actor(obs_dim, action_dim, low, high).to(device)
-    qf1, qf2 = QNetwork(obs_dim, action_dim).to(device), QNetwork(obs_dim, action_dim).to(device)
-    target_actor, qf1_target, qf2_target = (copy.deepcopy(m).requires_grad_(False) for m in (actor, qf1, qf2))
-    q_optimizer = torch.optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.learning_rate,
-                                   capturable=path.capturable)
+    qf = TwinQNetwork(obs_dim, action_dim).to(device)
+    target_actor, qf_target = (copy.deepcopy(m).requires_grad_(False) for m in (actor, qf))
+    q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.learning_rate, capturable=path.capturable)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, capturable=path.capturable)
-    online_params = [*actor.parameters(), *qf1.parameters(), *qf2.parameters()]
-    target_params = [*target_actor.parameters(), *qf1_target.parameters(), *qf2_target.parameters()]
+    online_params = [*actor.parameters(), *qf.parameters()]
+    target_params = [*target_actor.parameters(), *qf_target.parameters()]
     action_low = torch.as_tensor(low, dtype=torch.float32, device=device)
     action_high = torch.as_tensor(high, dtype=torch.float32, device=device)
     capacity = args.buffer_size
@@ -168,20 +180,19 @@ def main(args: Args) -> dict:
             clipped_noise = (torch.randn_like(actions) * args.policy_noise).clamp(-args.noise_clip, args.noise_clip)
             next_actions = (target_actor(next_observations) + clipped_noise * target_actor.action_scale).clamp(
                 action_low, action_high)
-            qf1_next_target = qf1_target(next_observations, next_actions)
-            qf2_next_target = qf2_target(next_observations, next_actions)
-            min_qf_next_target = torch.min(qf1_next_target, qf2_next_target)
+            min_qf_next_target = qf_target(next_observations, next_actions).min(0).values
             next_q_value = rb_rewards[idx] + (1 - rb_dones[idx]) * args.gamma * min_qf_next_target
-        qf1_a_values, qf2_a_values = qf1(observations, actions), qf2(observations, actions)
-        qf_loss = F.mse_loss(qf1_a_values, next_q_value) + F.mse_loss(qf2_a_values, next_q_value)
+        qf_a_values = qf(observations, actions)
+        qf_loss = (qf_a_values - next_q_value).pow(2).mean(1).sum()  # each critic's MSE, summed
         q_optimizer.zero_grad()
         qf_loss.backward()
         q_optimizer.step()
         batch_obs.copy_(observations)
-        metrics[:2].copy_(torch.stack([qf_loss, qf1_a_values.mean()]).detach())
+        metrics[:2].copy_(torch.stack([qf_loss, qf_a_values[0].mean()]).detach())
 
     def update_actor() -> None:
-        actor_loss = -qf1(batch_obs, actor(batch_obs)).mean()
+        # The first critic's value; the critics' parameters get no gradient from it (they are not stepped with it).
+        actor_loss = -qf(batch_obs, actor(batch_obs), detach_params=True)[0].mean()
         actor_optimizer.zero_grad()
         actor_loss.backward()
         actor_optimizer.step()
@@ -200,9 +211,8 @@ def main(args: Args) -> dict:
     episodes = track_episodes(args.env_backend, n_envs, device)
     checkpoints = Checkpoints(
         args, logger.dir, "td3",
-        modules={"actor": actor, "qf1": qf1, "qf2": qf2, "target_actor": target_actor, "qf1_target": qf1_target,
-                 "qf2_target": qf2_target, "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer,
-                 "episodes": episodes},
+        modules={"actor": actor, "qf": qf, "target_actor": target_actor, "qf_target": qf_target,
+                 "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer, "episodes": episodes},
         tensors={"rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps, "obs": obs, "action": action},
         replay={"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,
                 "rb_dones": rb_dones}, replay_size=rb_size)
