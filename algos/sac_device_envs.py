@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from turborl.checkpoints import Checkpoints, export_policy
-from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
+from turborl.cli import RunArgs, check, check_fits, check_run_args, cli, pick_device, seed_everything
 from turborl.envs import make_env, track_episodes
 from turborl.logger import RunLogger
 from turborl.numerics import RunningMeanStd, project
@@ -185,9 +185,12 @@ def main(args: Args) -> dict:
     seed_everything(args.seed)
     envs = make_env(args.env_id, args.num_envs, args.seed, action="continuous", algo="SAC",
                     backend=args.env_backend, device=str(device))
-    logger = RunLogger(args, "sac", args.total_timesteps, device, run_root=args.runs_dir)
     n_envs, batch_size, num_updates = args.num_envs, args.batch_size, args.num_updates
     obs_dim, action_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
+    capacity = args.buffer_size
+    check_fits(capacity * (2 * obs_dim + action_dim + 2) * 4, device, f"the replay memory (--buffer-size {capacity})",
+               "lower --buffer-size")
+    logger = RunLogger(args, "sac", args.total_timesteps, device, run_root=args.runs_dir)
     low, high = envs.single_action_space.low, envs.single_action_space.high
     bf16 = args.bf16 and device.type == "cuda"
 
@@ -206,7 +209,6 @@ def main(args: Args) -> dict:
     critic_params, target_params = list(critic.parameters()), list(target_critic.parameters())
     support = torch.linspace(args.v_min, args.v_max, args.num_atoms, device=device)  # the returns' possible values
     obs_rms = RunningMeanStd((obs_dim,), device)
-    capacity = args.buffer_size
     rb_obs = torch.zeros(capacity, obs_dim, device=device)
     rb_next_obs = torch.zeros(capacity, obs_dim, device=device)
     rb_actions = torch.zeros(capacity, action_dim, device=device)

@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from turborl.checkpoints import Checkpoints, export_policy
-from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
+from turborl.cli import RunArgs, check, check_fits, check_run_args, cli, pick_device, seed_everything
 from turborl.envs import make_env, track_episodes
 from turborl.logger import RunLogger
 from turborl.numerics import RunningMeanStd, project
@@ -170,9 +170,12 @@ def main(args: Args) -> dict:
     seed_everything(args.seed)
     envs = make_env(args.env_id, args.num_envs, args.seed, action="continuous", algo="TD3",
                     backend=args.env_backend, device=str(device))
-    logger = RunLogger(args, "td3", args.total_timesteps, device, run_root=args.runs_dir)
     n_envs, batch_size, num_updates = args.num_envs, args.batch_size, args.num_updates
     obs_dim, action_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
+    capacity = args.buffer_size
+    check_fits(capacity * (2 * obs_dim + action_dim + 2) * 4, device, f"the replay memory (--buffer-size {capacity})",
+               "lower --buffer-size")
+    logger = RunLogger(args, "td3", args.total_timesteps, device, run_root=args.runs_dir)
     low, high = envs.single_action_space.low, envs.single_action_space.high
     bf16 = args.bf16 and device.type == "cuda"
 
@@ -189,7 +192,6 @@ def main(args: Args) -> dict:
     obs_rms = RunningMeanStd((obs_dim,), device)
     action_low = torch.as_tensor(low, dtype=torch.float32, device=device)
     action_high = torch.as_tensor(high, dtype=torch.float32, device=device)
-    capacity = args.buffer_size
     rb_obs = torch.zeros(capacity, obs_dim, device=device)
     rb_next_obs = torch.zeros(capacity, obs_dim, device=device)
     rb_actions = torch.zeros(capacity, action_dim, device=device)

@@ -171,6 +171,22 @@ def check_ppo_args(args, whole_sequences: bool = False) -> None:
           f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
 
 
+def check_fits(nbytes: int, device: torch.device, what: str, fix: str) -> None:
+    """One line instead of an out-of-memory crash when `nbytes`, which a run allocates at its start (a replay
+    memory), exceed the memory available on `device` now. On a CPU the allocation itself would succeed (pages are
+    committed as they are first written) and the run would be killed hours later, as the buffer fills."""
+    if device.type == "cuda":
+        available = torch.cuda.mem_get_info(device)[0]
+    else:
+        try:
+            with open("/proc/meminfo") as f:  # Linux; elsewhere the check is skipped
+                available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+        except (OSError, StopIteration, ValueError):
+            return
+    check(nbytes <= available, f"{what} needs {nbytes / 2**30:.1f} GiB but the {device.type} device has "
+                               f"{available / 2**30:.1f} GiB available; {fix}")
+
+
 def pick_device(cuda: bool) -> torch.device:
     """CUDA when asked for and present, else CPU."""
     return torch.device("cuda") if cuda and torch.cuda.is_available() else torch.device("cpu")

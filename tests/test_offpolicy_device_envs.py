@@ -101,9 +101,11 @@ PENDULUM = ["--env-backend", "torch", "--env-id", "Pendulum-v1"]
     ("td3_device_envs", [*PENDULUM, "--std-min", "0.5", "--std-max", "0.1"], ["--std-min"]),
     ("td3_device_envs", [*PENDULUM, "--num-updates", "0"], ["--num-updates"]),
     ("sac_device_envs", [*PENDULUM, "--alpha", "0"], ["--alpha"]),
+    ("td3_device_envs", [*PENDULUM, "--buffer-size", str(10**11)], ["replay memory", "GiB", "lower --buffer-size"]),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, script, flags, words):
     assert_user_error(run_script(script, *flags, "--runs-dir", str(tmp_path)), *words)
+    assert not list(tmp_path.iterdir())  # no run folder for a run that never started
 
 
 def test_sac_log_probability_is_the_squashed_gaussians():
