@@ -106,17 +106,20 @@ class Agent(nn.Module):
     learn in 115k steps. Both LSTMs step as one: their states are the two halves of `h` and `c`.
 
     The LSTMs are written out rather than nn.LSTMCell: the input's share of the gates is one batched matmul over
-    a whole sequence, so a step of the recurrence is one (hidden x 4 hidden) matmul per LSTM and the gates'
-    pointwise math, which torch.compile fuses. Distributions are written out as in the other PPO scripts (no
-    argument checks, no host syncs, one random draw per action)."""
+    a whole sequence, and the two LSTMs' recurrent weights are stacked (2 x hidden x 4 hidden), so a step of the
+    recurrence is one batched matmul for both and the gates' pointwise math, which torch.compile fuses; its
+    backward, one batched matmul for the state's gradient and one for the weights'. The steps are sequential and
+    their kernels small: the number of kernels per step sets the unroll's time on a GPU. Distributions are
+    written out as in the other PPO scripts (no argument checks, no host syncs, one random draw per action)."""
 
     def __init__(self, obs_dim: int, n_out: int, discrete: bool, lstm_size: int):
         super().__init__()
         self.discrete, self.lstm_size = discrete, lstm_size
         self.actor_encoder = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 4 * lstm_size, 1.0))
         self.critic_encoder = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 4 * lstm_size, 1.0))
-        self.actor_recurrence = layer(lstm_size, 4 * lstm_size, 1.0, bias=False)
-        self.critic_recurrence = layer(lstm_size, 4 * lstm_size, 1.0, bias=False)
+        # h_k @ recurrence[k]: layer k's weight, transposed (CleanRL's orthogonal initialization of each LSTM)
+        self.recurrence = nn.Parameter(torch.stack([layer(lstm_size, 4 * lstm_size, 1.0, bias=False).weight.T
+                                                    for _ in ("actor", "critic")]).detach().contiguous())
         self.actor = layer(lstm_size, n_out, 0.01)
         self.critic = layer(lstm_size, 1, 1.0)
         if not discrete:
@@ -129,10 +132,11 @@ class Agent(nn.Module):
     def cell(self, gate_input, h, c):
         """One step of both LSTMs: (h, c) after an input whose `gate_inputs` are given; the actor's state is the
         first half of h and c, the critic's the second."""
-        actor_h, critic_h = h.chunk(2, -1)
-        gates = gate_input + torch.cat([self.actor_recurrence(actor_h), self.critic_recurrence(critic_h)], -1)
-        i, f, g, o = gates.unflatten(-1, (2, 4, self.lstm_size)).unbind(-2)  # per LSTM, gates i, f, g, o
-        c = f.sigmoid() * c.unflatten(-1, (2, self.lstm_size)) + i.sigmoid() * g.tanh()
+        size = self.lstm_size
+        recurrent = torch.bmm(h.unflatten(-1, (2, size)).transpose(0, 1), self.recurrence)  # 2 x batch x 4 size
+        gates = gate_input.unflatten(-1, (2, 4 * size)) + recurrent.transpose(0, 1)  # batch x LSTM x gates
+        i, f, g, o = gates.unflatten(-1, (4, size)).unbind(-2)  # per LSTM, gates i, f, g, o
+        c = f.sigmoid() * c.unflatten(-1, (2, size)) + i.sigmoid() * g.tanh()
         return (o.sigmoid() * c.tanh()).flatten(-2), c.flatten(-2)
 
     def value(self, hidden):

@@ -1,4 +1,6 @@
-"""ppo_lstm's hand-written LSTM against two nn.LSTMCell, on the work one recurrent PPO iteration does with the
+"""ppo_lstm's hand-written LSTM (the actor's and the critic's recurrent weights stacked: one batched matmul per
+step for both) against the same cell with one matmul per LSTM, and against two nn.LSTMCell, on the work one
+recurrent PPO iteration does with the
 speed task's sizes: the rollout (128 steps of 4096 envs, no gradient) and the training unroll of one minibatch
 (128 steps of 1024 envs, forward and backward), each as the script runs it (a Python loop over one compiled step,
 the whole function captured), in eager and compile+cudagraphs.
@@ -40,6 +42,29 @@ class Args:
     """timed calls of each function after its warmup"""
     out: str = ""
     """a JSON file for the results (none: print only)"""
+
+
+class SeparateRecurrences(nn.Module):
+    """The hand-written cell with one recurrent matmul per LSTM (ppo_lstm's before the weights were stacked)."""
+
+    def __init__(self, agent: Agent, lstm_size: int):
+        super().__init__()
+        self.agent, self.lstm_size = agent, lstm_size
+        self.actor_recurrence = nn.Linear(lstm_size, 4 * lstm_size, bias=False)
+        self.critic_recurrence = nn.Linear(lstm_size, 4 * lstm_size, bias=False)
+        with torch.no_grad():
+            self.actor_recurrence.weight.copy_(agent.recurrence[0].T)
+            self.critic_recurrence.weight.copy_(agent.recurrence[1].T)
+
+    def gate_inputs(self, obs):
+        return self.agent.gate_inputs(obs)
+
+    def cell(self, gate_input, h, c):
+        actor_h, critic_h = h.chunk(2, -1)
+        gates = gate_input + torch.cat([self.actor_recurrence(actor_h), self.critic_recurrence(critic_h)], -1)
+        i, f, g, o = gates.unflatten(-1, (2, 4, self.lstm_size)).unbind(-2)
+        c = f.sigmoid() * c.unflatten(-1, (2, self.lstm_size)) + i.sigmoid() * g.tanh()
+        return (o.sigmoid() * c.tanh()).flatten(-2), c.flatten(-2)
 
 
 class TorchCells(nn.Module):
@@ -115,19 +140,20 @@ def measure(lstm: nn.Module, path: ExecutionPath, args: Args) -> dict:
 
 def main(args: Args) -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # CPU: a check that it runs
-    rows = []
+    rows, size = [], args.lstm_size
     for path_name, on in (("eager", False), ("compile+cudagraphs", True)):
-        for lstm_name in ("hand-written", "nn.LSTMCell"):
+        for lstm_name, make in (("hand-written", lambda agent: agent),
+                                ("hand-written, a matmul per LSTM", lambda agent: SeparateRecurrences(agent, size)),
+                                ("nn.LSTMCell", lambda agent: TorchCells(agent, size))):
             torch.manual_seed(0)
-            agent = Agent(obs_dim=2, n_out=2, discrete=True, lstm_size=args.lstm_size)
-            lstm = (agent if lstm_name == "hand-written" else TorchCells(agent, args.lstm_size)).to(device)
+            lstm = make(Agent(obs_dim=2, n_out=2, discrete=True, lstm_size=size)).to(device)
             run_flags = SimpleNamespace(compile=on, cudagraphs=on, max_autotune=False, inductor=[])
             rows.append({"lstm": lstm_name, "path": path_name,
                          **measure(lstm, ExecutionPath(run_flags, device), args)})
             print(rows[-1], flush=True)
-    print(f"\n{'lstm':14} {'path':20} {'rollout ms':>11} {'train unroll ms':>16} {'startup s':>10}")
+    print(f"\n{'lstm':32} {'path':20} {'rollout ms':>11} {'train unroll ms':>16} {'startup s':>10}")
     for row in rows:
-        print(f"{row['lstm']:14} {row['path']:20} {row['rollout_ms']:11.2f} {row['train_unroll_ms']:16.2f} "
+        print(f"{row['lstm']:32} {row['path']:20} {row['rollout_ms']:11.2f} {row['train_unroll_ms']:16.2f} "
               f"{row['startup_seconds']:10.1f}")
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)

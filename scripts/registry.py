@@ -49,6 +49,8 @@ class TestRun:
     """runs layers in bfloat16: compiled code may round at other points than eager (a wider tolerance)"""
     exact_resume: bool = True
     """a resumed run logs exactly what the uninterrupted run logs (not Atari: its C++ games cannot be saved)"""
+    gpu_only: bool = False
+    """only tests/test_gpu.py runs it (its CPU twin is another test run: CI's time goes elsewhere)"""
 
 
 @dataclass(frozen=True)
@@ -112,10 +114,11 @@ ALGORITHMS = {
         long=(Task("td3_device_envs", "Humanoid-v5", 100_000_000, 100_000_000, variant="mjwarp-humanoid",
                    flags=("--stop-at-return", "5000"), cuda_only=True),),
         tests={"td3-device-envs": TestRun("td3_device_envs", TD3_DEVICE_PENDULUM, "qf_loss", 320, bf16=True),
-               # MuJoCo Warp on warp's CPU backend (~10 ms per step of a few HalfCheetah worlds): few steps.
+               # MuJoCo Warp's physics inside the captured iteration: on the GPU only (on CPU the torch-env run above
+               # covers the script, tests/test_offpolicy_device_envs.py runs it once on warp's CPU backend).
                "td3-device-envs-mjwarp": TestRun("td3_device_envs", ("--env-backend", "mjwarp", "--env-id",
                                                                      "HalfCheetah-v5", *TD3_DEVICE_SMALL[4:]),
-                                                 "qf_loss", 320, bf16=True)}),
+                                                 "qf_loss", 320, bf16=True, gpu_only=True)}),
     "sac_device_envs": Algorithm(
         "sac_device_envs", {},
         speed=(Task("sac_device_envs", "Humanoid-v5", 1024 * 400, 1024 * 60, 10 * 1024, variant="mjwarp-humanoid",
@@ -211,3 +214,4 @@ ALGORITHMS = {
 }
 
 TEST_RUNS = {name: run for algorithm in ALGORITHMS.values() for name, run in algorithm.tests.items()}
+CPU_TEST_RUNS = {name: run for name, run in TEST_RUNS.items() if not run.gpu_only}

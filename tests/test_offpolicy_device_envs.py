@@ -129,3 +129,17 @@ def test_default_run_without_mujoco_warp_is_a_user_error(tmp_path):
     (hidden / "__init__.py").write_text("raise ImportError(\"No module named 'mujoco_warp'\")\n")
     result = run_script("td3_device_envs", "--runs-dir", str(tmp_path), env={"PYTHONPATH": str(hidden.parent)})
     assert_user_error(result, 'pip install -e ".[mjwarp]"')
+
+
+@pytest.mark.parametrize("script", ["td3_device_envs", "sac_device_envs"])
+def test_trains_on_mujoco_warp(tmp_path, script):
+    """On warp's CPU backend: Humanoid-v5's random episodes end within a few dozen steps, so a short run both
+    trains and logs episodes (on the GPU, tests/test_gpu.py compares the four paths on these envs)."""
+    pytest.importorskip("mujoco_warp")
+    result = run_script(script, "--env-backend", "mjwarp", "--env-id", "Humanoid-v5", "--num-envs", "4",
+                        "--total-timesteps", "200", "--learning-starts", "80", "--batch-size", "32",
+                        "--buffer-size", "1000", "--critic-hidden-dim", "16", "--actor-hidden-dim", "8",
+                        "--log-every", "1", "--runs-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    [run_dir] = tmp_path.iterdir()
+    assert metric(str(run_dir), "qf_loss") and metric(str(run_dir), "episodic_return")

@@ -4,11 +4,11 @@ test run of scripts/registry.py (tests/test_gpu.py compares all four paths on a 
 import pytest
 import torch
 
-from scripts.registry import TEST_RUNS
+from scripts.registry import CPU_TEST_RUNS, TEST_RUNS
 from tests.helpers import first_losses
 
 
-@pytest.mark.parametrize("case", list(TEST_RUNS))
+@pytest.mark.parametrize("case", list(CPU_TEST_RUNS))
 def test_eager_and_compile_give_the_same_first_losses(tmp_path, case):
     eager = first_losses(case, str(tmp_path / "eager"), "--no-cuda")
     compiled = first_losses(case, str(tmp_path / "compile"), "--no-cuda", "--compile")

@@ -22,14 +22,14 @@ def test_each_lstm_is_torchs_lstm_cell():
     obs, h, c = torch.randn(5, 3), torch.randn(5, 32), torch.randn(5, 32)
     with torch.no_grad():
         next_h, next_c = agent.cell(agent.gate_inputs(obs), h, c)
-    for half, encoder, recurrence in ((slice(0, 16), agent.actor_encoder, agent.actor_recurrence),
-                                      (slice(16, 32), agent.critic_encoder, agent.critic_recurrence)):
+    for half, encoder, recurrence in ((slice(0, 16), agent.actor_encoder, agent.recurrence[0]),
+                                      (slice(16, 32), agent.critic_encoder, agent.recurrence[1])):
         reference = nn.LSTMCell(64, 16)  # torch orders the gates i, f, g, o too
         with torch.no_grad():
             reference.weight_ih.copy_(encoder[2].weight)
             reference.bias_ih.copy_(encoder[2].bias + 0.1)
             reference.bias_hh.fill_(-0.1)
-            reference.weight_hh.copy_(recurrence.weight)
+            reference.weight_hh.copy_(recurrence.T)
             want_h, want_c = reference(encoder[:2](obs), (h[:, half], c[:, half]))
         torch.testing.assert_close(next_h[:, half], want_h)
         torch.testing.assert_close(next_c[:, half], want_c)

@@ -2,11 +2,11 @@
 
 import pytest
 
-from scripts.registry import TEST_RUNS
+from scripts.registry import CPU_TEST_RUNS, TEST_RUNS
 from tests.helpers import metrics_after, run_script
 
 
-@pytest.mark.parametrize("case", list(TEST_RUNS))
+@pytest.mark.parametrize("case", list(CPU_TEST_RUNS))
 def test_same_seed_same_metrics(tmp_path, case):
     test_run = TEST_RUNS[case]
     runs = []

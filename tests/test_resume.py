@@ -9,11 +9,11 @@ import signal
 import pytest
 import torch
 
-from scripts.registry import TEST_RUNS
+from scripts.registry import CPU_TEST_RUNS, TEST_RUNS
 from tests.helpers import assert_user_error, metrics_after, run_main, run_script
 from turborl.logger import RunLogger
 
-EXACT = [case for case, test_run in TEST_RUNS.items() if test_run.exact_resume]
+EXACT = [case for case, test_run in CPU_TEST_RUNS.items() if test_run.exact_resume]
 
 
 @pytest.mark.parametrize("case", EXACT)
