@@ -82,13 +82,6 @@ class Args(RunArgs):
     """stop once the mean return of the last 100 episodes reaches this (time-to-solve benchmarks)"""
 
 
-def linear_init(weight: torch.Tensor, bias: torch.Tensor, fan_in: int) -> None:
-    """nn.Linear's default initialization."""
-    bound = 1 / math.sqrt(fan_in)
-    nn.init.uniform_(weight, -bound, bound)
-    nn.init.uniform_(bias, -bound, bound)
-
-
 class TwinCritic(nn.Module):
     """The two critics of clipped double Q as one network: each layer holds both critics' weights stacked, and
     one batched matmul computes both. Output: 2 x batch x num_atoms logits of the return distribution."""
@@ -99,8 +92,10 @@ class TwinCritic(nn.Module):
         self.weights = nn.ParameterList(nn.Parameter(torch.empty(2, n_in, n_out))
                                         for n_in, n_out in zip(sizes, sizes[1:], strict=False))
         self.biases = nn.ParameterList(nn.Parameter(torch.empty(2, 1, n_out)) for n_out in sizes[1:])
-        for weight, bias in zip(self.weights, self.biases, strict=True):
-            linear_init(weight, bias, weight.shape[1])
+        for weight, bias in zip(self.weights, self.biases, strict=True):  # nn.Linear's initialization, per critic
+            bound = weight.shape[1] ** -0.5
+            nn.init.uniform_(weight, -bound, bound)
+            nn.init.uniform_(bias, -bound, bound)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
         """`detach_params`: gradients reach the inputs only (the actor's loss: the critics are not stepped with it,

@@ -72,10 +72,11 @@ PENDULUM_OFF_POLICY = ("--env-id", "Pendulum-v1", "--total-timesteps", "450", "-
                        "--log-every", "5")
 # FastTD3's recipe (TD3 and SAC on device envs) at a test's size: 8 envs, small networks and batches (bf16: on CUDA
 # their updates run in bfloat16 autocast, which compiled code may round differently).
-TD3_DEVICE_SMALL = ("--env-backend", "torch", "--env-id", "Pendulum-v1", "--num-envs", "8", "--total-timesteps",
-                    "480", "--learning-starts", "160", "--buffer-size", "1000", "--batch-size", "64",
-                    "--critic-hidden-dim", "32", "--actor-hidden-dim", "16", "--log-every", "2")
-TD3_DEVICE_PENDULUM = (*TD3_DEVICE_SMALL, "--v-min", "-1000", "--v-max", "0")
+DEVICE_OFF_POLICY_SMALL = ("--num-envs", "8", "--total-timesteps", "480", "--learning-starts", "160",
+                           "--buffer-size", "1000", "--batch-size", "64", "--critic-hidden-dim", "32",
+                           "--actor-hidden-dim", "16", "--log-every", "2")
+DEVICE_OFF_POLICY_PENDULUM = ("--env-backend", "torch", "--env-id", "Pendulum-v1", *DEVICE_OFF_POLICY_SMALL,
+                              "--v-min", "-1000", "--v-max", "0")
 
 ALGORITHMS = {
     "dqn": Algorithm(
@@ -113,11 +114,11 @@ ALGORITHMS = {
         # of wall time, compile and capture included).
         long=(Task("td3_device_envs", "Humanoid-v5", 100_000_000, 100_000_000, variant="mjwarp-humanoid",
                    flags=("--stop-at-return", "5000"), cuda_only=True),),
-        tests={"td3-device-envs": TestRun("td3_device_envs", TD3_DEVICE_PENDULUM, "qf_loss", 320, bf16=True),
+        tests={"td3-device-envs": TestRun("td3_device_envs", DEVICE_OFF_POLICY_PENDULUM, "qf_loss", 320, bf16=True),
                # MuJoCo Warp's physics inside the captured iteration: on the GPU only (on CPU the torch-env run above
                # covers the script, tests/test_offpolicy_device_envs.py runs it once on warp's CPU backend).
                "td3-device-envs-mjwarp": TestRun("td3_device_envs", ("--env-backend", "mjwarp", "--env-id",
-                                                                     "HalfCheetah-v5", *TD3_DEVICE_SMALL[4:]),
+                                                                     "HalfCheetah-v5", *DEVICE_OFF_POLICY_SMALL),
                                                  "qf_loss", 320, bf16=True, gpu_only=True)}),
     "sac_device_envs": Algorithm(
         "sac_device_envs", {},
@@ -127,7 +128,7 @@ ALGORITHMS = {
                        cuda_only=True),),
         long=(Task("sac_device_envs", "Humanoid-v5", 100_000_000, 100_000_000, variant="mjwarp-humanoid",
                    flags=("--stop-at-return", "5000"), cuda_only=True),),
-        tests={"sac-device-envs": TestRun("sac_device_envs", TD3_DEVICE_PENDULUM, "qf_loss", 320, bf16=True)}),
+        tests={"sac-device-envs": TestRun("sac_device_envs", DEVICE_OFF_POLICY_PENDULUM, "qf_loss", 320, bf16=True)}),
     "ppo": Algorithm(
         "ppo", {"CartPole-v1": 490.0, "HalfCheetah-v5": 1443.0},
         speed=(Task("ppo", "CartPole-v1", 200_000, 50_000, min_steps=8 * 512),
