@@ -1,15 +1,17 @@
-"""Learning runs longer than one sitting: run them side by side until a deadline, stop each with Ctrl-C (it
-checkpoints where an iteration ends), and resume them all on the next call, until each reaches its budget.
+"""Learning runs longer than one sitting: the parity suite against CleanRL (scripts/registry.py's `parity` tasks:
+CleanRL's benchmark envs, versions, budgets and default flags, 3 seeds each) and the registry's other `long` tasks.
 
-    nvidia-cuda-mps-control -d   # on one GPU: the runs' kernels share it at once instead of taking turns
-    python scripts/long_runs.py --labels td3 sac ppo --seeds 1 2 3 --deadline 520   # again until all are ok
-    python scripts/report.py
+    nvidia-cuda-mps-control -d                # on one GPU: the runs' kernels share it at once instead of taking turns
+    python scripts/long_runs.py               # the whole parity suite, 12 runs side by side, to the end
+    python scripts/report.py                  # -> results/parity/README.md (table and plots)
 
-The tasks are scripts/registry.py's `long` ones (e.g. Ant-v5 at CleanRL's 1M-step budget). A run's folders stay
-under --runs-dir between calls. Each run gets one JSON in --out, in the learning suite's format: `partial` with
-its segments until it is done, then `ok` with the return curve stitched over the segments (wall seconds add up
-across them), the mean return of its last 20 training episodes, and the mean return of 10 deterministic
-episodes of its final policy (scripts/evaluate.py: what CleanRL's model cards report).
+Runs wait for a place (--jobs) and start as others end. With --deadline, the runs still going are stopped with
+Ctrl-C (each checkpoints where an iteration ends) and the next call resumes them, so a suite longer than one
+sitting runs call after call (e.g. `--labels td3 sac --envs Hopper-v4 --deadline 540`, again until all are ok).
+The runs' folders stay under --runs-dir between calls. Each run gets one JSON in --out, in the learning suite's
+format: `partial` with its segments until it is done, then `ok` with the return curve stitched over the segments
+(wall seconds add up across them), the mean return of its last 20 training episodes, and the mean return of 10
+deterministic episodes of its final policy (scripts/evaluate.py: what CleanRL's model cards report).
 """
 
 from __future__ import annotations
@@ -35,18 +37,25 @@ from scripts.registry import ALGORITHMS, Task  # noqa: E402
 
 @dataclass
 class Args:
+    suite: str = "parity"
+    """`parity` (CleanRL's benchmark setups, scripts/registry.py's `parity` tasks) or `long` (its `long` tasks)"""
     labels: list[str] = field(default_factory=list)
-    """only these tasks, by label (empty: every long task)"""
+    """only these tasks, by label (empty: every task of the suite)"""
+    envs: list[str] = field(default_factory=list)
+    """only these env ids (empty: every env of the suite)"""
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
     """seeds of each task"""
     runs: list[str] = field(default_factory=list)
-    """only these runs, as label/env-id/seed (e.g. sac/Ant-v4/1); replaces --labels and --seeds"""
+    """only these runs, as label/env-id/seed (e.g. sac/Ant-v4/1); replaces --labels, --envs and --seeds"""
     path: str = "compile+cudagraphs"
     """the execution path of every run"""
-    deadline: float = 520.0
-    """seconds after which unfinished runs are stopped (Ctrl-C) to be resumed by the next call"""
-    out: str = os.path.join(ROOT, "results", "learning")
-    """the JSON of each run"""
+    jobs: int = 12
+    """runs side by side; the others wait for a free place (one GPU with CUDA MPS and 16 cores holds ~12)"""
+    deadline: float | None = None
+    """seconds after which running runs are stopped (Ctrl-C) to be resumed by the next call, and waiting ones
+    are left for it (none: run the whole selection to its end)"""
+    out: str | None = None
+    """the JSON of each run (default: results/parity/runs, or results/learning for --suite long)"""
     runs_dir: str = os.path.join(ROOT, "runs", "long")
     """the runs' folders (checkpoints, metrics), kept between calls"""
     checkpoint_every: int = 250_000
@@ -79,9 +88,10 @@ def mps_daemon_running() -> bool:
     return False
 
 
-def stitched_curve(segments: list[dict]) -> tuple[dict, float | None]:
-    """Episodic returns of every segment as (step, seconds, return), seconds continuing across segments; and
-    when a --stop-at-return run reached its return, the seconds until then."""
+def stitched_curve(segments: list[dict]) -> tuple[dict, float | None, float | None]:
+    """Episodic returns of every segment as (step, seconds, return), seconds continuing across segments; when a
+    --stop-at-return run reached its return, the seconds until then; and the mean return of the last 100 training
+    episodes (CleanRL's benchmark tables average each seed's last 100)."""
     steps, seconds, returns, offset, solved = [], [], [], 0.0, None
     for segment in segments:
         with open(os.path.join(ROOT, segment["run_dir"], "metrics.csv")) as f:
@@ -94,7 +104,8 @@ def stitched_curve(segments: list[dict]) -> tuple[dict, float | None]:
                     solved = offset + float(row["value"])
         offset += segment["wall_seconds"]
     stride = max(1, len(steps) // 200)
-    return {"steps": steps[::stride], "seconds": seconds[::stride], "returns": returns[::stride]}, solved
+    last100 = sum(returns[-100:]) / len(returns[-100:]) if returns else None
+    return {"steps": steps[::stride], "seconds": seconds[::stride], "returns": returns[::stride]}, solved, last100
 
 
 def evaluate(run_dir: str) -> float | None:
@@ -104,92 +115,127 @@ def evaluate(run_dir: str) -> float | None:
     return json.load(open(out))["mean_return"] if proc.returncode == 0 else None
 
 
+@dataclass
+class Launched:
+    task: Task
+    seed: int
+    record: dict
+    runs_dir: str
+    process: subprocess.Popen
+    log: str
+    concurrent_runs: int
+
+
+def launch(args: Args, task: Task, seed: int, path: str, concurrent_runs: int) -> Launched:
+    record = json.load(open(path)) if os.path.exists(path) else {"segments": []}
+    runs_dir = os.path.join(args.runs_dir, f"{task.label}-{task.env_id}-s{seed}")
+    last = record["segments"][-1:]
+    if last and not os.path.exists(os.path.join(ROOT, last[0]["checkpoint"])):
+        print(f"{os.path.basename(path)}: its checkpoint went with an earlier machine; starting over")
+        record, last = {"segments": []}, []
+    resume = ["--resume", os.path.join(ROOT, last[0]["checkpoint"])] if last else []
+    command = [sys.executable, f"algos/{task.script}.py", *flags_of(args, task, seed), "--save-model",
+               "--checkpoint-every", str(args.checkpoint_every), "--runs-dir", runs_dir, *resume]
+    os.makedirs(runs_dir, exist_ok=True)
+    log = os.path.join(runs_dir, f"segment{len(record['segments']) + 1}.log")
+    # One CPU thread each: a dozen runs share the cores, and their tiny networks gain nothing from more.
+    env = {"OMP_NUM_THREADS": "1", **os.environ}
+    process = subprocess.Popen(command, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+    return Launched(task, seed, record, runs_dir, process, log, concurrent_runs)
+
+
+def finish(args: Args, run: Launched, info: dict, path: str) -> dict:
+    """The run's JSON after its process ended: a new segment, and `ok`, `partial` or `failed`."""
+    task, seed, record = run.task, run.seed, run.record
+    run_dir = newest_run(run.runs_dir)
+    summary_path = os.path.join(run_dir or "", "summary.json")
+    summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {"status": "failed"}
+    if summary.get("checkpoint"):
+        record["segments"].append({"run_dir": os.path.relpath(run_dir, ROOT),
+                                   "checkpoint": os.path.relpath(summary["checkpoint"], ROOT),
+                                   "steps": summary["steps"], "wall_seconds": summary["wall_seconds"],
+                                   "concurrent_runs": run.concurrent_runs})
+    record.update({
+        "algo": task.label, "env_id": task.env_id, "path": args.path, "seed": seed, "steps": task.steps,
+        "command": shlex.join(["python", f"algos/{task.script}.py", *flags_of(args, task, seed)]),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": info, "suite": "learning", "scale": 1.0,
+        # CUDA MPS lets the runs' kernels share the GPU at once instead of taking turns.
+        "gpu_sharing": "mps" if mps_daemon_running() else "time-sliced",
+        "concurrent_runs": max([run.concurrent_runs] + [s.get("concurrent_runs", 1) for s in record["segments"]]),
+        "reached": summary.get("steps", record.get("reached", 0)),
+    })
+    if summary["status"] == "done":
+        segments = record["segments"]
+        curve, solved_seconds, last100 = stitched_curve(segments)
+        record.update(status="ok", final_return=summary["mean_return_last20"], return_last100=last100,
+                      run_wall_seconds=sum(s["wall_seconds"] for s in segments), curve=curve,
+                      solved_seconds=solved_seconds, episodes=summary["episodes"], eval_return=evaluate(run_dir))
+    elif summary["status"] == "interrupted" and summary.get("checkpoint"):
+        record.update(status="partial", return_at_stop=summary["mean_return_last20"])
+    else:
+        record.update(status="failed", error=open(run.log).read()[-1500:])
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(path + ".tmp", path)
+    return record
+
+
 def main(args: Args) -> None:
+    if args.suite not in ("parity", "long"):
+        raise SystemExit(f"error: --suite must be parity or long (got {args.suite})")
+    args.out = args.out or os.path.join(ROOT, "results", *(("parity", "runs") if args.suite == "parity" else
+                                                            ("learning",)))
+
     def wanted(task: Task, seed: int) -> bool:
         if args.runs:
             return f"{task.label}/{task.env_id}/{seed}" in args.runs
-        return (not args.labels or task.label in args.labels) and seed in args.seeds
+        return ((not args.labels or task.label in args.labels) and (not args.envs or task.env_id in args.envs)
+                and seed in args.seeds)
 
-    tasks = [task for algorithm in ALGORITHMS.values() for task in algorithm.long]
+    tasks = [task for algorithm in ALGORITHMS.values() for task in getattr(algorithm, args.suite)]
     seeds = sorted(set(args.seeds) | {int(run.rsplit("/", 1)[1]) for run in args.runs})
     os.makedirs(args.out, exist_ok=True)
     info = machine()
-    started = {}
+    pending = []
     for task in tasks:
         for seed in seeds:
-            if not wanted(task, seed):
-                continue
             path = target(args, task, seed)
-            record = json.load(open(path)) if os.path.exists(path) else {"segments": []}
-            if record.get("status") == "ok":
+            if not wanted(task, seed) or (os.path.exists(path) and json.load(open(path)).get("status") == "ok"):
                 continue
-            flags = flags_of(args, task, seed)
-            runs_dir = os.path.join(args.runs_dir, f"{task.label}-{task.env_id}-s{seed}")
-            last = record["segments"][-1:]
-            if last and not os.path.exists(os.path.join(ROOT, last[0]["checkpoint"])):
-                print(f"{os.path.basename(path)}: its checkpoint went with an earlier machine; starting over")
-                record, last = {"segments": []}, []
-            resume = ["--resume", os.path.join(ROOT, last[0]["checkpoint"])] if last else []
-            command = [sys.executable, f"algos/{task.script}.py", *flags, "--save-model", "--checkpoint-every",
-                       str(args.checkpoint_every), "--runs-dir", runs_dir, *resume]
-            os.makedirs(runs_dir, exist_ok=True)
-            log = open(os.path.join(runs_dir, f"segment{len(record['segments']) + 1}.log"), "w")
-            process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-            started[path] = (task, seed, record, runs_dir, process, log.name)
-    print(f"{len(started)} runs side by side until {args.deadline:.0f} s", flush=True)
-    start = time.time()
-    while any(p.poll() is None for *_, p, _ in started.values()) and time.time() - start < args.deadline:
+            if task.cuda_only and not info.get("gpu"):
+                print(f"{os.path.basename(path)}: needs CUDA; skipped")
+                continue
+            pending.append((task, seed, path))
+    concurrent = min(args.jobs, len(pending))
+    print(f"{len(pending)} runs, {concurrent} side by side"
+          + (f", until {args.deadline:.0f} s" if args.deadline is not None else ""), flush=True)
+    start, running, records = time.time(), {}, {}
+    while (pending or running) and (args.deadline is None or time.time() - start < args.deadline):
+        while pending and len(running) < args.jobs:
+            task, seed, path = pending.pop(0)
+            running[path] = launch(args, task, seed, path, concurrent)
         time.sleep(5)
-    for *_, process, _ in started.values():
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)  # stops where the iteration ends, after its checkpoint
-    for *_, process, _ in started.values():
+        for path in [path for path, run in running.items() if run.process.poll() is not None]:
+            records[path] = finish(args, running.pop(path), info, path)
+    for run in running.values():
+        run.process.send_signal(signal.SIGINT)  # stops where the iteration ends, after its checkpoint
+    for path, run in running.items():
         try:
-            process.wait(timeout=120)
+            run.process.wait(timeout=120)
         except subprocess.TimeoutExpired:
-            process.kill()
-
-    records = {}
-    for path, (task, seed, record, runs_dir, _, log_name) in started.items():
-        run_dir = newest_run(runs_dir)
-        summary_path = os.path.join(run_dir or "", "summary.json")
-        summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {"status": "failed"}
-        if summary.get("checkpoint"):
-            record["segments"].append({"run_dir": os.path.relpath(run_dir, ROOT),
-                                       "checkpoint": os.path.relpath(summary["checkpoint"], ROOT),
-                                       "steps": summary["steps"], "wall_seconds": summary["wall_seconds"],
-                                       "concurrent_runs": len(started)})
-        record.update({
-            "algo": task.label, "env_id": task.env_id, "path": args.path, "seed": seed, "steps": task.steps,
-            "command": shlex.join(["python", f"algos/{task.script}.py", *flags_of(args, task, seed)]),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": info, "suite": "learning", "scale": 1.0,
-            # CUDA MPS lets the runs' kernels share the GPU at once instead of taking turns.
-            "gpu_sharing": "mps" if mps_daemon_running() else "time-sliced",
-            "concurrent_runs": max([len(started)] + [s.get("concurrent_runs", 1) for s in record["segments"]]),
-            "reached": summary.get("steps", record.get("reached", 0)),
-        })
-        if summary["status"] == "done":
-            segments = record["segments"]
-            curve, solved_seconds = stitched_curve(segments)
-            record.update(status="ok", final_return=summary["mean_return_last20"],
-                          run_wall_seconds=sum(s["wall_seconds"] for s in segments), curve=curve,
-                          solved_seconds=solved_seconds, episodes=summary["episodes"], eval_return=evaluate(run_dir))
-        elif summary["status"] == "interrupted" and summary.get("checkpoint"):
-            record.update(status="partial", return_at_stop=summary["mean_return_last20"])
-        else:
-            record.update(status="failed", error=open(log_name).read()[-1500:])
-        with open(path + ".tmp", "w") as f:
-            json.dump(record, f, indent=1)
-        os.replace(path + ".tmp", path)
-        records[path] = record
+            run.process.kill()
+        records[path] = finish(args, run, info, path)
+    if pending:
+        print(f"{len(pending)} runs not started before the deadline: the next call starts them")
 
     print(f"{'run':40} {'status':8} {'steps':>9} {'return':>8} {'eval':>8} segments")
-    for path, (task, seed, *_rest) in started.items():
-        record = records[path]
-        fmt = lambda v: f"{v:8.0f}" if isinstance(v, (int, float)) else f"{'-':>8}"  # noqa: E731
-        print(f"{task.label + ' ' + task.env_id + ' s' + str(seed):40} {record['status']:8} {record['reached']:>9} "
-              f"{fmt(record.get('final_return'))} {fmt(record.get('eval_return'))} {len(record['segments'])}")
+    fmt = lambda v: f"{v:8.0f}" if isinstance(v, (int, float)) else f"{'-':>8}"  # noqa: E731
+    for record in records.values():
+        name = f"{record['algo']} {record['env_id']} s{record['seed']}"
+        returned = record.get("final_return", record.get("return_at_stop"))
+        print(f"{name:40} {record['status']:8} {record['reached']:>9} {fmt(returned)} "
+              f"{fmt(record.get('eval_return'))} {len(record['segments'])}")
     finished = [record for record in records.values() if record["status"] == "ok"]
     for label, env_id in sorted({(r["algo"], r["env_id"]) for r in finished}):
         returns = [r["final_return"] for r in finished if (r["algo"], r["env_id"]) == (label, env_id)]

@@ -1,6 +1,7 @@
-"""The algorithms turborl ships, in one table: what the benchmark runs, the returns CleanRL publishes, and the
-short runs the tests use. scripts/benchmark.py, scripts/report.py, scripts/profile_run.py and tests/ read it;
-adding a script to algos/ means adding its row here (README: "Adding an algorithm").
+"""The algorithms turborl ships, in one table: what the benchmark runs, the parity suite against CleanRL (its
+setups and the returns it publishes), and the short runs the tests use. scripts/benchmark.py, scripts/long_runs.py,
+scripts/report.py, scripts/profile_run.py and tests/ read it; adding a script to algos/ means adding its row here
+(README: "Adding an algorithm").
 """
 
 from __future__ import annotations
@@ -38,6 +39,23 @@ class Task:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """A return CleanRL publishes for one of its scripts: the mean ± std over its seeds at its budget."""
+
+    mean: float
+    std: float
+    """over seeds (population std, as openrlbenchmark prints it); for a model card, over its evaluation episodes"""
+    seeds: int | None
+    """None: the page does not say"""
+    steps: int
+    source: str
+    """where it is printed: CleanRL's docs page and the script its table is of, or a model card"""
+    metric: str = "last100"
+    """`last100`: each seed's mean training return over its last 100 episodes (CleanRL's benchmark tables);
+    `eval`: one seed's final policy over 10 evaluation episodes (a model card)"""
+
+
+@dataclass(frozen=True)
 class TestRun:
     """A short CPU run of a script: it logs `loss` after its first updates and crosses `checkpoint_every` once."""
 
@@ -57,12 +75,15 @@ class TestRun:
 class Algorithm:
     script: str
     """algos/<script>.py"""
-    cleanrl_returns: dict[str, float] = field(default_factory=dict)
-    """CleanRL's published return at the default budget, per env id (its benchmark docs)"""
+    cleanrl: dict[str, Reference] = field(default_factory=dict)
+    """CleanRL's published returns of the script this one reproduces, per env id (its benchmark docs)"""
     speed: tuple[Task, ...] = ()
     learning: tuple[Task, ...] = ()
     long: tuple[Task, ...] = ()
     """learning runs longer than one device call (scripts/long_runs.py resumes them call after call)"""
+    parity: tuple[Task, ...] = ()
+    """CleanRL's benchmark setups (env version, budget, default flags), run 3 seeds each by scripts/long_runs.py
+    --suite parity and compared with `cleanrl` in results/parity/"""
     tests: dict[str, TestRun] = field(default_factory=dict)
 
 
@@ -78,42 +99,88 @@ DEVICE_OFF_POLICY_SMALL = ("--num-envs", "8", "--total-timesteps", "480", "--lea
 DEVICE_OFF_POLICY_PENDULUM = ("--env-backend", "torch", "--env-id", "Pendulum-v1", *DEVICE_OFF_POLICY_SMALL,
                               "--v-min", "-1000", "--v-max", "0")
 
+# CleanRL's benchmark (its docs' tables): MuJoCo v4 at 1M steps, classic control at 500k, Atari at 10M with 8 envs.
+MUJOCO_V4 = ("HalfCheetah-v4", "Walker2d-v4", "Hopper-v4", "Ant-v4")
+CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")
+ATARI = ("Breakout-v5", "Pong-v5", "BeamRider-v5")
+MJWARP_PPO = ("--env-backend", "mjwarp", "--num-envs", "8192", "--num-steps", "16", "--gamma", "0.97",
+              "--hidden-size", "256")
+
+
+DOCS = "https://docs.cleanrl.dev/rl-algorithms/"
+CARDS = "https://huggingface.co/sdpkjc/"  # CleanRL's scripts at their defaults, one seed each (Ant-v4 has no table)
+CLEANRL = {
+    "dqn": {"CartPole-v1": Reference(488.69, 16.11, 3, 500_000, DOCS + "dqn/ (dqn.py)"),
+            "Acrobot-v1": Reference(-91.54, 7.20, 3, 500_000, DOCS + "dqn/ (dqn.py)"),
+            "MountainCar-v0": Reference(-194.95, 8.48, 3, 500_000, DOCS + "dqn/ (dqn.py)")},
+    "td3": {"HalfCheetah-v4": Reference(9583.22, 126.09, 3, 1_000_000, DOCS + "td3/ (td3_continuous_action.py)"),
+            "Walker2d-v4": Reference(4057.59, 658.78, 3, 1_000_000, DOCS + "td3/ (td3_continuous_action.py)"),
+            "Hopper-v4": Reference(3134.61, 360.18, 3, 1_000_000, DOCS + "td3/ (td3_continuous_action.py)"),
+            "Ant-v4": Reference(5089.24, 105.84, 1, 1_000_000, CARDS + "Ant-v4-td3_continuous_action-seed3",
+                                metric="eval")},
+    # The page's table names these rows -v2; its data (docs/benchmark/sac.md, benchmark/sac.sh) are v4 runs.
+    "sac": {"HalfCheetah-v4": Reference(9634.89, 1423.73, 3, 1_000_000, DOCS + "sac/ (sac_continuous_action.py)"),
+            "Walker2d-v4": Reference(3591.45, 911.33, 3, 1_000_000, DOCS + "sac/ (sac_continuous_action.py)"),
+            "Hopper-v4": Reference(2310.46, 342.82, 3, 1_000_000, DOCS + "sac/ (sac_continuous_action.py)"),
+            "Ant-v4": Reference(6007.20, 151.81, 1, 1_000_000, CARDS + "Ant-v4-sac_continuous_action-seed3",
+                                metric="eval")},
+    "ppo": {"CartPole-v1": Reference(490.04, 6.12, 3, 500_000, DOCS + "ppo/ (ppo.py)"),
+            "Acrobot-v1": Reference(-86.36, 1.32, 3, 500_000, DOCS + "ppo/ (ppo.py)"),
+            "MountainCar-v0": Reference(-200.0, 0.0, 3, 500_000, DOCS + "ppo/ (ppo.py)"),
+            "HalfCheetah-v4": Reference(1442.64, 46.03, 3, 1_000_000, DOCS + "ppo/ (ppo_continuous_action.py)"),
+            "Walker2d-v4": Reference(2287.95, 571.78, 3, 1_000_000, DOCS + "ppo/ (ppo_continuous_action.py)"),
+            "Hopper-v4": Reference(2382.86, 271.74, 3, 1_000_000, DOCS + "ppo/ (ppo_continuous_action.py)"),
+            # Only at 8M steps, on the RPO page (ppo_continuous_action_8M).
+            "Ant-v4": Reference(1824.17, 905.78, None, 8_000_000, DOCS + "rpo/ (ppo_continuous_action.py, 8M)")},
+    "ppo_atari": {"Breakout-v5": Reference(211.24, 151.84, 3, 10_000_000, DOCS + "ppo/ (ppo_atari_envpool.py)"),
+                  "Pong-v5": Reference(20.45, 0.09, 3, 10_000_000, DOCS + "ppo/ (ppo_atari_envpool.py)"),
+                  "BeamRider-v5": Reference(2501.85, 210.52, 3, 10_000_000, DOCS + "ppo/ (ppo_atari_envpool.py)")},
+}
+
+
+def parity(script: str, env_ids: tuple[str, ...], steps: int, **task) -> tuple[Task, ...]:
+    """CleanRL's setup of `script` on each env: its budget and the script's defaults (which are CleanRL's)."""
+    return tuple(Task(script, env_id, steps=steps, eager_steps=steps, **task) for env_id in env_ids)
+
+
 ALGORITHMS = {
     "dqn": Algorithm(
-        "dqn", {"CartPole-v1": 488.7},
+        "dqn", cleanrl=CLEANRL["dqn"],
         speed=(Task("dqn", "CartPole-v1", 60_000, 30_000, 5_000),),
         learning=(Task("dqn", "CartPole-v1", 500_000, 50_000),),
+        parity=parity("dqn", CLASSIC_CONTROL, 500_000),
         tests={"dqn": TestRun("dqn", ("--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency",
                                       "2", "--log-every", "5"), "td_loss", 1000)}),
     "td3": Algorithm(
-        "td3", {"HalfCheetah-v5": 9583.0},
+        "td3", cleanrl=CLEANRL["td3"],
         speed=(Task("td3", "HalfCheetah-v5", 25_000, 5_000, 2_000),),
         # Eager TD3/SAC are slow: short eager budgets, the wall-time reference of the return curves.
         learning=(Task("td3", "HalfCheetah-v5", 1_000_000, 50_000),),
         # Ant ends unhealthy episodes: terminal handling under test, at CleanRL's budget; Ant-v4 is the version
         # CleanRL's published returns used (v5 adds contact forces to the observation and a contact cost).
-        long=(Task("td3", "Ant-v5", 1_000_000, 1_000_000), Task("td3", "Ant-v4", 1_000_000, 1_000_000)),
+        long=(Task("td3", "Ant-v5", 1_000_000, 1_000_000),),
+        parity=parity("td3", MUJOCO_V4, 1_000_000),
         tests={"td3": TestRun("td3", PENDULUM_OFF_POLICY, "qf_loss", 400)}),
     "sac": Algorithm(
-        "sac", {"HalfCheetah-v5": 9635.0},
+        "sac", cleanrl=CLEANRL["sac"],
         speed=(Task("sac", "HalfCheetah-v5", 25_000, 4_000, 2_000),),
         learning=(Task("sac", "HalfCheetah-v5", 1_000_000, 30_000),),
-        long=(Task("sac", "Ant-v5", 1_000_000, 1_000_000), Task("sac", "Ant-v4", 1_000_000, 1_000_000)),
+        long=(Task("sac", "Ant-v5", 1_000_000, 1_000_000),),
+        parity=parity("sac", MUJOCO_V4, 1_000_000),
         tests={"sac": TestRun("sac", PENDULUM_OFF_POLICY, "qf_loss", 400)}),
     "td3_device_envs": Algorithm(
-        "td3_device_envs", {},
+        "td3_device_envs",
         # FastTD3's recipe at its defaults: 1,024 MuJoCo Warp worlds, 2 updates of 32,768 samples per vector step.
         # (learning starts are not scaled down with the steps: the loop's first 10 iterations only collect, and
         # scripts/measure.py needs the capture of that collecting function too)
         speed=(Task("td3_device_envs", "Humanoid-v5", 1024 * 400, 1024 * 60, 10 * 1024, variant="mjwarp-humanoid",
                     cuda_only=True),),
-        # Ant-v5 ends unhealthy episodes: the return against wall time, 3 seeds (issue: Ant-v5 curves).
-        learning=(Task("td3_device_envs", "Ant-v5", 30_000_000, 30_000_000, 10 * 1024, variant="mjwarp-ant",
-                       cuda_only=True),),
-        # Humanoid-v5 until the mean return of the last 100 episodes reaches 5,000 (the target: within 15 minutes
-        # of wall time, compile and capture included).
-        long=(Task("td3_device_envs", "Humanoid-v5", 100_000_000, 100_000_000, variant="mjwarp-humanoid",
-                   flags=("--stop-at-return", "5000"), cuda_only=True),),
+        # Humanoid-v5 until the mean return of the last 100 episodes reaches 5,000 (the seconds to it, compile and
+        # capture included, and the final policy on gymnasium's C engine); Ant-v5 ends unhealthy episodes: the
+        # return against wall time over 30M steps.
+        parity=(Task("td3_device_envs", "Humanoid-v5", 100_000_000, 100_000_000, variant="mjwarp-humanoid",
+                     flags=("--stop-at-return", "5000"), cuda_only=True),
+                Task("td3_device_envs", "Ant-v5", 30_000_000, 30_000_000, variant="mjwarp-ant", cuda_only=True)),
         tests={"td3-device-envs": TestRun("td3_device_envs", DEVICE_OFF_POLICY_PENDULUM, "qf_loss", 320, bf16=True),
                # MuJoCo Warp's physics inside the captured iteration: on the GPU only (on CPU the torch-env run above
                # covers the script, tests/test_offpolicy_device_envs.py runs it once on warp's CPU backend).
@@ -121,21 +188,22 @@ ALGORITHMS = {
                                                                      "HalfCheetah-v5", *DEVICE_OFF_POLICY_SMALL),
                                                  "qf_loss", 320, bf16=True, gpu_only=True)}),
     "sac_device_envs": Algorithm(
-        "sac_device_envs", {},
+        "sac_device_envs",
         speed=(Task("sac_device_envs", "Humanoid-v5", 1024 * 400, 1024 * 60, 10 * 1024, variant="mjwarp-humanoid",
                     cuda_only=True),),
-        learning=(Task("sac_device_envs", "Ant-v5", 30_000_000, 30_000_000, 10 * 1024, variant="mjwarp-ant",
-                       cuda_only=True),),
-        long=(Task("sac_device_envs", "Humanoid-v5", 100_000_000, 100_000_000, variant="mjwarp-humanoid",
-                   flags=("--stop-at-return", "5000"), cuda_only=True),),
+        parity=(Task("sac_device_envs", "Humanoid-v5", 100_000_000, 100_000_000, variant="mjwarp-humanoid",
+                     flags=("--stop-at-return", "5000"), cuda_only=True),
+                Task("sac_device_envs", "Ant-v5", 30_000_000, 30_000_000, variant="mjwarp-ant", cuda_only=True)),
         tests={"sac-device-envs": TestRun("sac_device_envs", DEVICE_OFF_POLICY_PENDULUM, "qf_loss", 320, bf16=True)}),
     "ppo": Algorithm(
-        "ppo", {"CartPole-v1": 490.0, "HalfCheetah-v5": 1443.0},
+        "ppo", cleanrl=CLEANRL["ppo"],
         speed=(Task("ppo", "CartPole-v1", 200_000, 50_000, min_steps=8 * 512),
                Task("ppo", "HalfCheetah-v5", 61_440, 20_480, min_steps=8 * 2048)),
         learning=(Task("ppo", "CartPole-v1", 500_000, 50_000, min_steps=8 * 512),
                   Task("ppo", "HalfCheetah-v5", 1_000_000, 100_000, min_steps=8 * 2048)),
         long=(Task("ppo", "Ant-v5", 1_000_000, 1_000_000),),
+        # ppo.py reproduces CleanRL's ppo.py (discrete actions) and ppo_continuous_action.py (Box actions).
+        parity=(*parity("ppo", CLASSIC_CONTROL, 500_000), *parity("ppo", MUJOCO_V4, 1_000_000)),
         tests={"ppo": TestRun("ppo", ("--total-timesteps", "1536", "--num-steps", "64", "--log-every", "1"),
                               "policy_loss", 1000),
                "ppo-continuous": TestRun("ppo", ("--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "64",
@@ -143,7 +211,7 @@ ALGORITHMS = {
                                                  "--total-timesteps", "768", "--log-every", "1"),
                                          "value_loss", 500)}),
     "ppo_device_envs": Algorithm(
-        "ppo_device_envs", {"CartPole-v1": 490.0},
+        "ppo_device_envs",
         speed=(
             # The whole PPO iteration as one graph on torch CartPole: 4096 envs x 128 steps per iteration.
             Task("ppo_device_envs", "CartPole-v1", 4096 * 128 * 100, 4096 * 128 * 6, variant="torch4096",
@@ -168,12 +236,13 @@ ALGORITHMS = {
             # The memoryless policy on the velocity-masked task, with ppo_lstm's settings there and its budget.
             Task("ppo_device_envs", "CartPole-v1", 500_000, 500_000, variant="torch-masked",
                  flags=("--mask-velocity", "--num-envs", "8", "--learning-rate", "1e-3", "--normalize", "True"))),
-        # Humanoid-v5 on MuJoCo Warp until the mean return of the last 100 episodes reaches 5,000 (the target is
-        # within 15 minutes of wall time): 8,192 worlds x 16 steps, Brax's humanoid discount (0.97), a 256-unit
-        # actor and critic for the 348-number observation, CleanRL's 10 epochs x 32 minibatches.
-        long=(Task("ppo_device_envs", "Humanoid-v5", 300_000_000, 300_000_000, variant="mjwarp-humanoid",
-                   flags=("--env-backend", "mjwarp", "--num-envs", "8192", "--num-steps", "16", "--gamma", "0.97",
-                          "--hidden-size", "256", "--stop-at-return", "5000"), cuda_only=True),),
+        # Humanoid-v5 on MuJoCo Warp until the mean return of the last 100 episodes reaches 5,000: 8,192 worlds x
+        # 16 steps, Brax's humanoid discount (0.97), a 256-unit actor and critic for the 348-number observation,
+        # CleanRL's 10 epochs x 32 minibatches (MJWARP_PPO). Ant-v5 over 30M steps with the same settings.
+        parity=(Task("ppo_device_envs", "Humanoid-v5", 300_000_000, 300_000_000, variant="mjwarp-humanoid",
+                     flags=(*MJWARP_PPO, "--stop-at-return", "5000"), cuda_only=True),
+                Task("ppo_device_envs", "Ant-v5", 30_000_000, 30_000_000, variant="mjwarp-ant", flags=MJWARP_PPO,
+                     cuda_only=True)),
         tests={"ppo-device-envs": TestRun("ppo_device_envs", ("--total-timesteps", "1536", "--num-steps", "64",
                                                               "--log-every", "1"), "policy_loss", 1000),
                # MuJoCo Warp on warp's CPU backend: Humanoid's random episodes end within ~20 steps. Few steps:
@@ -186,18 +255,19 @@ ALGORITHMS = {
                                                                    "--total-timesteps", "768", "--log-every", "1"),
                                                "policy_loss", 500, bf16=True)}),
     "ppo_atari": Algorithm(
-        "ppo_atari", {},
+        "ppo_atari", cleanrl=CLEANRL["ppo_atari"],
         # CleanRL's 8 envs, and 64 (the ratio to env-only throughput is scripts/atari_env_speed.py's).
         speed=(Task("ppo_atari", "Breakout-v5", 8 * 128 * 24, 8 * 128 * 8, min_steps=8 * 128 * 4),
                Task("ppo_atari", "Breakout-v5", 64 * 128 * 6, 64 * 128 * 3, variant="envs64",
                     flags=("--num-envs", "64"), cuda_only=True)),
+        parity=parity("ppo_atari", ATARI, 10_000_000, cuda_only=True),
         # 2 epochs x 2 minibatches: after 16 Adam steps per log, the CNN's rounding (eager vs compiled convolutions)
         # has grown to ~1e-3 of the loss; after 4 it stays at ~1e-5.
         tests={"ppo-atari": TestRun("ppo_atari", ("--num-envs", "4", "--num-steps", "16", "--total-timesteps", "512",
                                                   "--update-epochs", "2", "--num-minibatches", "2", "--log-every", "1"),
                                     "policy_loss", 300, exact_resume=False)}),
     "ppo_lstm": Algorithm(
-        "ppo_lstm", {},
+        "ppo_lstm",
         speed=(
             # The whole recurrent iteration as one graph: velocity-masked CartPole, 4096 envs x 128 steps.
             Task("ppo_lstm", "CartPole-v1", 4096 * 128 * 40, 4096 * 128 * 8, variant="masked4096",

@@ -21,12 +21,23 @@ from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from scripts.registry import ALGORITHMS, Task  # noqa: E402
+from scripts.registry import ALGORITHMS, Reference, Task  # noqa: E402
 
 PATHS = ["eager", "compile", "cudagraphs", "compile+cudagraphs", "reduce-overhead"]
-# CleanRL's published returns at the default budgets, by the table's algo column and env.
-CLEANRL_RETURNS = {(Task(name, env_id, 0, 0).label, env_id): value for name, algorithm in ALGORITHMS.items()
-                   for env_id, value in algorithm.cleanrl_returns.items()}
+# CleanRL's published returns, by the table's algo column and env.
+CLEANRL = {(Task(name, env_id, 0, 0).label, env_id): reference for name, algorithm in ALGORITHMS.items()
+           for env_id, reference in algorithm.cleanrl.items()}
+
+
+def cleanrl_reference(algo: str, env_id: str) -> tuple[Reference | None, str]:
+    """CleanRL's figure for this env, or for another version of it (then a note naming the version it is of)."""
+    if (algo, env_id) in CLEANRL:
+        return CLEANRL[(algo, env_id)], ""
+    name = env_id.rsplit("-v", 1)[0]
+    for (label, other), reference in CLEANRL.items():
+        if label == algo and other.rsplit("-v", 1)[0] == name:
+            return reference, f" ({other.rsplit('-', 1)[1]})"
+    return None, ""
 README_START, README_END = "<!-- speed-table:start -->", "<!-- speed-table:end -->"
 
 
@@ -119,8 +130,9 @@ def learning_table(runs: list[dict]) -> list[str]:
             span = f"{reached[0]:,}" + (f"-{reached[-1]:,}" if len(reached) > 1 else "")
             there = f": {statistics.mean(at_stop):,.1f} ± {statistics.pstdev(at_stop):,.1f} there" if at_stop else ""
             seeds += f" (+{len(partial)} unfinished at {span} steps{there})"
+        reference, version = cleanrl_reference(algo, env_id)
         lines.append(f"| {algo} | {env_id} | {path} | {fmt(group[0]['steps'])} | {seeds} | {spread} | "
-                     f"{fmt(CLEANRL_RETURNS.get((algo, env_id)), ',.1f')} | {wall} | "
+                     f"{fmt(reference.mean if reference else None, ',.1f')}{version} | {wall} | "
                      f"{fmt(statistics.mean(solved), '.1f') if solved else '–'} |")
     lines += ["", "`solved s`: seconds from the run's start (compile and capture included) until the mean return "
               "of the last 100 episodes reached `--stop-at-return`. Eager runs one seed on a shorter budget: it is "
@@ -214,6 +226,122 @@ def plot_returns(runs: list[dict], path: str) -> None:
     plt.close(fig)
 
 
+PARITY_COMMAND = """nvidia-cuda-mps-control -d      # one GPU: the runs' kernels share it at once, not taking turns
+python scripts/long_runs.py     # every parity task x seeds 1-3, 12 side by side, to the end (resumable)
+python scripts/report.py        # -> results/parity/README.md and its plots"""
+
+
+def seed_return(run: dict, reference: Reference | None) -> float | None:
+    """A finished run's return in the reference's terms: its final policy's evaluation for a model card, else the
+    mean of its last 100 training episodes (the last 20 for runs recorded before the last 100 were kept)."""
+    if reference is not None and reference.metric == "eval":
+        return run.get("eval_return")
+    return run.get("return_last100", run.get("final_return"))
+
+
+def parity_rows(runs: list[dict]) -> list[str]:
+    """One row per script x env: our mean ± std over finished seeds against CleanRL's, pass or fail, wall time."""
+    groups = {(task.env_id, task.label): [] for algorithm in ALGORITHMS.values() for task in algorithm.parity}
+    for run in runs:
+        groups.setdefault((run["env_id"], run["algo"]), []).append(run)
+    lines = ["| env | script | seeds | turborl (mean ± std) | CleanRL (mean ± std, seeds, steps) | pass | "
+             "wall s per run | machine |", "|---|---|---:|---:|---:|:---:|---:|---|"]
+    for (env_id, algo), group in sorted(groups.items()):
+        reference = CLEANRL.get((algo, env_id))
+        ok = [r for r in group if r["status"] == "ok"]
+        values = [v for v in (seed_return(r, reference) for r in ok) if v is not None]
+        ours = f"{statistics.mean(values):,.1f} ± {statistics.pstdev(values):,.1f}" if values else "–"
+        if any("return_last100" not in r for r in ok) and (reference is None or reference.metric != "eval"):
+            ours += " †"
+        seeds = str(len(ok))
+        unfinished = [r for r in group if r["status"] == "partial"]
+        if unfinished:
+            seeds += f" (+{len(unfinished)} at {min(r['reached'] for r in unfinished):,}+ steps)"
+        if reference is not None:
+            theirs = (f"{reference.mean:,.1f} ± {reference.std:,.1f} ({reference.seeds or '?'}, "
+                      f"{reference.steps / 1e6:g}M{', eval' if reference.metric == 'eval' else ''})")
+            verdict = ("pass" if statistics.mean(values) >= reference.mean - reference.std else "**fail**") \
+                if values else "not run" if not group else "–"
+        else:  # GPU physics: no CleanRL script; solved = reached --stop-at-return
+            solved = [r["solved_seconds"] for r in ok if r.get("solved_seconds") is not None]
+            evals = [r["eval_return"] for r in ok if r.get("eval_return") is not None]
+            theirs = (f"to 5,000 in {statistics.mean(solved):.0f} ± {statistics.pstdev(solved):.0f} s; C engine "
+                      f"{statistics.mean(evals):,.0f}" if solved and evals else "–")
+            verdict = ("pass" if len(solved) == len(ok) else "**fail**") if solved else "–" if ok else "not run"
+        if ok and len(ok) < 3:
+            verdict += f" ({len(ok)} of 3 seeds)"
+        wall = fmt(statistics.mean([r["run_wall_seconds"] for r in ok]), ",.0f") if ok else "–"
+        machine = sorted({(r["machine"].get("gpu") or "CPU " + str(r["machine"].get("cpu"))) + (
+            f", {r['concurrent_runs']} side by side" if r.get("concurrent_runs", 1) > 1 else "") for r in ok})
+        lines.append(f"| {env_id} | {algo} | {seeds} | {ours} | {theirs} | {verdict} | {wall} | "
+                     f"{'; '.join(machine) or '–'} |")
+    return lines
+
+
+def plot_parity(runs: list[dict], env_id: str, path: str) -> None:
+    """The seeds' mean return and their range against env steps, per script, with CleanRL's final mean ± std."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for color, algo in enumerate(sorted({r["algo"] for r in runs if r["env_id"] == env_id})):
+        curves = [r["curve"] for r in runs if (r["env_id"], r["algo"]) == (env_id, algo) and r["status"] == "ok"
+                  and len(r["curve"]["steps"]) > 1]
+        if not curves:
+            continue
+        budget = max(r["steps"] for r in runs if (r["env_id"], r["algo"]) == (env_id, algo))
+        grid = np.linspace(0, budget, 101)
+        window = lambda y: np.convolve(y, np.ones(5) / 5, mode="same")  # noqa: E731  smooths episode noise
+        ys = np.array([window(np.interp(grid, c["steps"], c["returns"])) for c in curves])
+        ax.plot(grid, ys.mean(0), color=f"C{color}", label=f"{algo} ({len(curves)} seeds)")
+        ax.fill_between(grid, ys.min(0), ys.max(0), color=f"C{color}", alpha=0.2)
+        reference = CLEANRL.get((algo, env_id))
+        if reference is not None:
+            ax.errorbar([min(reference.steps, budget)], [reference.mean], yerr=[reference.std], fmt="o", capsize=4,
+                        color=f"C{color}", label=f"CleanRL {algo}" + (" at 8M" if reference.steps > budget else ""))
+    ax.set_title(f"{env_id}: turborl (mean, band: min-max over seeds) vs CleanRL's final", fontsize=9)
+    ax.set_xlabel("env steps", fontsize=8)
+    ax.set_ylabel("episodic return", fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def parity_report(folder: str, plots: bool = True) -> str:
+    """results/parity/README.md: the parity table, one plot per env, the command; from folder/runs/*.json."""
+    runs = load(os.path.join(folder, "runs"))
+    out = ["# Learning parity with CleanRL", "",
+           "Each script against the CleanRL script it reproduces, on CleanRL's benchmark: its env versions, budgets",
+           "and default hyperparameters (`scripts/registry.py`, `parity` tasks), 3 seeds each. turborl's return per",
+           "seed is the mean of its last 100 training episodes, as CleanRL's tables (openrlbenchmark) compute theirs;",
+           "the mean ± std is over seeds (population std). Pass: turborl's mean ≥ CleanRL's mean − CleanRL's std.",
+           "CleanRL publishes no Ant-v4 table at 1M steps: those rows compare our final policies' 10 deterministic",
+           "episodes with a model card of one seed (`eval`), and PPO's with its 8M-step figure. The GPU physics rows",
+           "have no CleanRL script: they pass when every seed reaches a mean return of 5,000 (last 100 episodes).", "",
+           *parity_rows(runs), "",
+           "†: some seeds' return is their last 20 episodes (recorded before the last 100 were kept).", "",
+           "Sources: " + "; ".join(sorted({f"{r.source}" for r in {CLEANRL[k] for k in CLEANRL}})) + ".", "",
+           "Reproduce the whole suite (on one GPU; the classic-control rows may run on a CPU with `--path eager`):", "",
+           "```bash", PARITY_COMMAND, "```", "",
+           "Runs shorter than their budget on one machine are stopped and resumed: `python scripts/long_runs.py "
+           "--deadline 540` stops the runs still going at 540 s (each checkpoints) and the next call resumes them. "
+           "Each run's JSON in `runs/` holds its exact command, segments, machine and versions.", ""]
+    out += machines(runs)
+    if plots:
+        out += [""]
+        for env_id in sorted({r["env_id"] for r in runs if r["status"] == "ok"}):
+            plot_parity(runs, env_id, os.path.join(folder, f"{env_id}.png"))
+            out += [f"![{env_id}]({env_id}.png)"]
+    text = "\n".join(out) + "\n"
+    with open(os.path.join(folder, "README.md"), "w") as f:
+        f.write(text)
+    return text
+
+
 def report(args: Args) -> str:
     suites = sorted(d for d in os.listdir(args.results) if glob.glob(os.path.join(args.results, d, "*.json")))
     if not suites:
@@ -242,6 +370,9 @@ def report(args: Args) -> str:
             plot_returns(runs, os.path.join(args.results, f"{suite}-returns.png"))
             out += ["", f"![returns]({suite}-returns.png)"]
         out.append("")
+    if glob.glob(os.path.join(args.results, "parity", "runs", "*.json")):
+        parity_report(os.path.join(args.results, "parity"), args.plots)
+        out += ["## parity", "", "Learning parity with CleanRL, over seeds: [parity/README.md](parity/README.md).", ""]
     experiments = sorted(glob.glob(os.path.join(args.results, "experiments", "*", "README.md")))
     if experiments:
         out += ["## experiments", "", "One-off A/B studies, each with its question, command and answer:", ""]

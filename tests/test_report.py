@@ -2,6 +2,7 @@
 
 import json
 import os
+import statistics
 
 import pytest
 
@@ -96,3 +97,37 @@ def test_benchmark_runs_a_compile_only_task_in_the_compiled_paths_only():
     assert paths == {"ppo-torch4096-tuned": ["compile", "compile+cudagraphs"],
                      "ppo-torch4096": list(benchmark.PATH_FLAGS)}
     assert not benchmark.plan(benchmark.Args(labels=["ppo-torch4096-tuned"]), cuda=False)  # CUDA only
+
+
+def parity_run(algo, env_id, seed, last100, status="ok", **extra):
+    run = sample_run(algo, env_id, "compile+cudagraphs", None, status=status, suite="learning", seed=seed)
+    run.update(steps=1_000_000, concurrent_runs=12, reached=1_000_000, **extra)
+    if status == "ok":
+        run.update(return_last100=last100, final_return=last100 + 1, eval_return=last100 + 2, run_wall_seconds=900.0,
+                   curve={"steps": [0, 500_000, 1_000_000], "seconds": [0, 450, 900],
+                          "returns": [0.0, last100 / 2, last100]})
+    return run
+
+
+def test_parity_report_passes_fails_and_lists_what_is_not_run(tmp_path):
+    hopper, sac_hopper = report.CLEANRL[("td3", "Hopper-v4")], report.CLEANRL[("sac", "Hopper-v4")]
+    below = sac_hopper.mean - sac_hopper.std - 100  # fails by 100
+    runs = [parity_run("td3", "Hopper-v4", s, hopper.mean + d) for s, d in ((1, -50), (2, 0), (3, 50))]
+    runs += [parity_run("sac", "Hopper-v4", 1, below), parity_run("sac", "Hopper-v4", 2, below),
+             parity_run("sac", "Hopper-v4", 3, None, status="partial", return_at_stop=10.0) | {"reached": 600_000}]
+    runs += [parity_run("td3", "Ant-v4", 1, 10.0)]  # a model card: compared on the final policy's evaluation (12.0)
+    folder = tmp_path / "parity"
+    os.makedirs(folder / "runs")
+    for i, run in enumerate(runs):
+        with open(folder / "runs" / f"{i}.json", "w") as f:
+            json.dump(run, f)
+
+    text = report.parity_report(str(folder))
+
+    assert (f"| Hopper-v4 | td3 | 3 | {hopper.mean:,.1f} ± {statistics.pstdev([-50, 0, 50]):,.1f} | "
+            f"{hopper.mean:,.1f} ± {hopper.std:,.1f} (3, 1M) | pass | 900 | Test GPU, 12 side by side |") in text
+    assert f"| Hopper-v4 | sac | 2 (+1 at 600,000+ steps) | {below:,.1f} ± 0.0 |" in text and "**fail** (2 of 3" in text
+    assert "| Ant-v4 | td3 | 1 | 12.0 ± 0.0 |" in text  # the evaluation, not the training return
+    assert "| Walker2d-v4 | td3 | 0 | – |" in text and "not run" in text  # every parity task has its row
+    assert "python scripts/long_runs.py" in text and "docs.cleanrl.dev/rl-algorithms/td3/" in text
+    assert (folder / "Hopper-v4.png").stat().st_size > 1000 and (folder / "README.md").read_text() == text
