@@ -32,7 +32,8 @@ class Args(RunArgs):
     env_id: str = "CartPole-v1"
     """id of a device env (Discrete or Box actions): CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCar-v0, ..."""
     mask_velocity: bool = False
-    """leave the velocities out of the observation (a partially observed task; algos/ppo_lstm.py has memory)"""
+    """leave the velocities out of the observation (a partially observed task; algos/ppo_lstm_device_envs.py has
+    memory)"""
     seed: int = 1
     """seed of the run (torch, numpy, env)"""
     total_timesteps: int | None = None

@@ -1,19 +1,16 @@
-"""Recurrent PPO: an LSTM policy in four execution paths. On envs that run on the device (`--env-backend torch`,
-the default) the whole iteration is one graph, as in algos/ppo_device_envs.py: the recurrent rollout (policy,
-physics, autoreset, storage), GAE and every epoch of sequence minibatches are one captured function, replayed
-once per iteration. On gymnasium envs (`--env-backend gymnasium`) the act step is captured as in algos/ppo.py
-(the envs' answer in, the next action out) and the learning phase (GAE, every epoch) is one captured function.
+"""Recurrent PPO on gymnasium envs, in four execution paths. The act step is captured as in algos/ppo.py (the
+envs' answer in, the next action out) and the learning phase (GAE, every epoch of sequence minibatches) is one
+captured function. On the torch classic-control envs, algos/ppo_lstm_device_envs.py makes the whole iteration,
+physics included, one graph.
 
 The algorithm is CleanRL's ppo_atari_lstm.py for vector observations: the LSTM state is carried through the
 rollout and zeroed where an episode starts; a minibatch is a set of whole env sequences, and the update re-runs
 the LSTM over each of them from the state stored at the rollout's start (backpropagation through the whole
-rollout). `--mask-velocity` leaves the velocities out of the observation: a task a memoryless policy cannot
-solve (CartPole-v1: the MLP of algos/ppo_device_envs.py stalls on it, this one solves it).
+rollout).
 """
 
 from __future__ import annotations
 
-import collections
 import math
 import os
 from dataclasses import dataclass
@@ -33,9 +30,7 @@ from turborl.paths import ExecutionPath
 @dataclass
 class Args(RunArgs):
     env_id: str = "CartPole-v1"
-    """env id (Discrete or Box actions, flat Box observations); device envs: CartPole-v1, Pendulum-v1, ..."""
-    mask_velocity: bool = False
-    """leave the velocities out of the observation (a partially observed task: the policy must remember)"""
+    """gymnasium id (Discrete or Box actions, flat Box observations)"""
     seed: int = 1
     """seed of the run (torch, env)"""
     total_timesteps: int | None = None
@@ -72,19 +67,13 @@ class Args(RunArgs):
     """gradient clipping norm"""
     normalize: bool = True
     """normalize observations and rewards with running statistics"""
-    env_backend: str = "torch"
-    """where the envs run: torch (classic control on the device, common/torch_envs.py) or gymnasium"""
     async_envs: bool = False
-    """gymnasium envs in subprocesses (for simulators slower than a subprocess round trip)"""
-    stop_at_return: float | None = None
-    """stop once the mean return of the last 100 episodes reaches this (time-to-solve benchmarks)"""
+    """step envs in subprocesses (for simulators slower than a subprocess round trip)"""
 
 
 # CleanRL's ppo.py / ppo_continuous_action.py choices, except: the env counts (a minibatch here is whole env
 # sequences, so there must be at least one env per minibatch); for discrete actions a learning rate of 1e-3 and
-# normalization on. On CartPole without velocities (seed 1, mean of the last 20 episodes) CleanRL's choices
-# reached ~40 at 100k steps, 1e-3 ~210 at 100k and 344 at 500k, 1e-3 with normalization ~470 at 115k: the
-# LSTMs infer velocities from differences of positions, which normalization scales up.
+# normalization on (algos/ppo_lstm_device_envs.py's, chosen on CartPole without velocities).
 DISCRETE_DEFAULTS = dict(total_timesteps=500_000, learning_rate=1e-3, num_envs=8, update_epochs=4,
                          ent_coef=0.01)
 CONTINUOUS_DEFAULTS = dict(total_timesteps=1_000_000, learning_rate=3e-4, num_envs=16, update_epochs=10,
@@ -198,7 +187,8 @@ class DeterministicPolicy(nn.Module):
 
 def resolve_defaults(args: Args) -> bool:
     """Fill the defaults chosen by the action space, check every value; returns whether actions are discrete."""
-    check(args.env_backend != "mjwarp", "ppo_lstm runs on --env-backend torch or gymnasium, not mjwarp (yet)")
+    check(args.env_backend == "gymnasium",
+          "device envs (--env-backend torch): recurrent PPO on them is algos/ppo_lstm_device_envs.py")
     space = action_space(args.env_id, args.env_backend)
     check(isinstance(space, (gym.spaces.Discrete, gym.spaces.Box)),
           f"PPO needs Discrete or Box actions but {args.env_id} has {space}; pick e.g. CartPole-v1 or Pendulum-v1")
@@ -217,9 +207,7 @@ def main(args: Args) -> dict:
     device = pick_device(args.cuda)
     path = ExecutionPath(args, device)
     seed_everything(args.seed)
-    on_device = args.env_backend == "torch"
-    envs = make_env(args.env_id, args.num_envs, args.seed, algo="PPO", backend=args.env_backend, device=str(device),
-                    mask_velocity=args.mask_velocity, capture_video=args.capture_video,
+    envs = make_env(args.env_id, args.num_envs, args.seed, algo="PPO", capture_video=args.capture_video,
                     video_dir=os.path.join(args.runs_dir, "videos"), asynchronous=args.async_envs)
     obs_space = envs.single_observation_space
     check(isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1,
@@ -260,7 +248,7 @@ def main(args: Args) -> dict:
     action_high = torch.as_tensor(space.high if not discrete else 0, dtype=torch.float32, device=device)
     metric_names = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"]
     metrics = torch.zeros(len(metric_names), device=device)  # the last minibatch's, read when logging
-    episodes = track_episodes(args.env_backend, n_envs, device, steps_per_read=num_steps)
+    episodes = track_episodes("gymnasium", n_envs, device)
 
     def put(storage, index, value):
         """storage[index] = value for a 0-dim device index: plain indexing would read the index on the host."""
@@ -272,23 +260,6 @@ def main(args: Args) -> dict:
         if update:
             obs_rms.update(x)
         return ((x - obs_rms.mean) / torch.sqrt(obs_rms.var + 1e-8)).clamp(-10, 10)
-
-    def choose_action() -> torch.Tensor:
-        """Act on `obs` with the carried LSTM states: store the obs, whether it starts an episode, the action, its
-        log-probability and value at the step's slot; returns the action for the envs."""
-        normalized_obs = normalize_obs(obs, update=True)
-        keep = (1 - first).unsqueeze(1)
-        with torch.no_grad():
-            h, c = agent.cell(agent.gate_inputs(normalized_obs), lstm_h * keep, lstm_c * keep)
-            action, logprob = agent.sample(h, noise.index_select(0, step_index.view(1)).squeeze(0))
-            value = agent.value(h)
-        for storage, stored in ((obs_buf, normalized_obs), (first_buf, first), (actions, action),
-                                (logprobs, logprob), (values, value)):
-            put(storage, step_index, stored)
-        lstm_h.copy_(h)
-        lstm_c.copy_(c)
-        step_index.add_(1)
-        return action if discrete else action.clamp(action_low, action_high)  # the env gets a valid action
 
     def record(step: EnvStep) -> None:
         """Store the envs' answer to the last action at its slot; take the next obs and whether it is the first
@@ -309,27 +280,31 @@ def main(args: Args) -> dict:
         obs.copy_(step.next_obs)
         first.copy_(episode_ended)
 
-    def env_step() -> None:
-        """One step of device envs: act, step the physics, store the answer."""
-        action = choose_action()
-        next_obs, reward, terminated, truncated, infos = envs.step(action)
-        record(EnvStep(reward, terminated, truncated, infos["final_obs"], next_obs))
-        episodes.record(infos)
-
     def act(step: EnvStep, first_of_rollout: bool) -> torch.Tensor:
-        """One step of gymnasium envs, on the device: store their answer to the last action (the rollout's last
-        is stored by `finish_rollout`), choose the next."""
+        """On the device: store the envs' answer to the last action (the rollout's last is stored by
+        `finish_rollout`); act on the next obs with the carried LSTM states, and store the obs, whether it starts
+        an episode, the action, its log-probability and value at the step's slot."""
         if first_of_rollout:
             obs.copy_(step.next_obs)
         else:
             record(step)
-        return choose_action()
+        normalized_obs = normalize_obs(obs, update=True)
+        keep = (1 - first).unsqueeze(1)
+        with torch.no_grad():
+            h, c = agent.cell(agent.gate_inputs(normalized_obs), lstm_h * keep, lstm_c * keep)
+            action, logprob = agent.sample(h, noise.index_select(0, step_index.view(1)).squeeze(0))
+            value = agent.value(h)
+        for storage, stored in ((obs_buf, normalized_obs), (first_buf, first), (actions, action),
+                                (logprobs, logprob), (values, value)):
+            put(storage, step_index, stored)
+        lstm_h.copy_(h)
+        lstm_c.copy_(c)
+        step_index.add_(1)
+        return action if discrete else action.clamp(action_low, action_high)  # the env gets a valid action
 
-    def finish_rollout(last: EnvStep | None) -> None:
-        """The answer to the rollout's last action (gymnasium envs; device envs stored it), GAE over the rollout
-        and every epoch's order of envs."""
-        if last is not None:
-            record(last)
+    def finish_rollout(last: EnvStep) -> None:
+        """The answer to the rollout's last action, GAE over the rollout and every epoch's order of envs."""
+        record(last)
         step_index.zero_()
         keep = (1 - first).unsqueeze(1)
         with torch.no_grad():
@@ -402,27 +377,19 @@ def main(args: Args) -> dict:
                                        ((ratio - 1) - logratio).mean(),
                                        ((ratio - 1).abs() > args.clip_coef).float().mean()]))
 
-    def learn(last: EnvStep | None) -> None:
+    def learn(last: EnvStep) -> None:
+        """The rollout's last answer, GAE, every epoch of sequence minibatches."""
         finish_rollout(last)
         for minibatch in minibatches:
             update(minibatch, unroll(minibatch))
 
-    def iteration_on_device() -> None:
-        start_rollout()
-        for _ in range(num_steps):
-            env_step()
-        learn(None)
-
-    # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls.
-    env_step, act, finish_rollout = path.compile(env_step), path.compile(act), path.compile(finish_rollout)
+    # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
+    link = EnvLink(n_envs, obs_dim, action_shape, actions.dtype, device, envs_on_device=False)
+    act, finish_rollout = path.compile(act), path.compile(finish_rollout)
     update, lstm_step = path.compile(update), path.compile(lstm_step)
-    link = None if on_device else EnvLink(n_envs, obs_dim, action_shape, actions.dtype, device, envs_on_device=False)
-    if on_device:
-        iteration_on_device = path.capture(iteration_on_device)
-    else:
-        act_first = path.capture(lambda: link.send_action(act(link.receive(), first_of_rollout=True)))
-        act_next = path.capture(lambda: link.send_action(act(link.receive(), first_of_rollout=False)))
-        learn_from_rollout = path.capture(lambda: learn(link.receive()))
+    act_first = path.capture(lambda: link.send_action(act(link.receive(), first_of_rollout=True)))
+    act_next = path.capture(lambda: link.send_action(act(link.receive(), first_of_rollout=False)))
+    learn_from_rollout = path.capture(lambda: learn(link.receive()))
 
     # TRY NOT TO MODIFY: checkpoints and resume
     checkpoints = Checkpoints(
@@ -431,7 +398,6 @@ def main(args: Args) -> dict:
                  "episodes": episodes},
         tensors={"obs": obs, "first": first, "lstm_h": lstm_h, "lstm_c": lstm_c,
                  "discounted_return": discounted_return})
-    recent_returns: collections.deque = collections.deque(maxlen=100)
     start_iteration, global_step = 0, 0
     if args.resume:
         restored, saved = checkpoints.resume(envs, link)
@@ -439,15 +405,12 @@ def main(args: Args) -> dict:
             first.fill_(1.0)
         envs = restored
         optimizer.param_groups[0]["lr"] = lr  # the device tensor that annealing writes, not the loaded copy
-        recent_returns.extend(saved["recent_returns"])
         start_iteration, global_step = saved["iteration"], saved["global_step"]
-    elif on_device:
-        obs.copy_(envs.reset(seed=args.seed)[0])
     else:
         link.reset(envs.reset(seed=args.seed)[0])
 
     def counters() -> dict:
-        return {"iteration": next_iteration, "global_step": global_step, "recent_returns": list(recent_returns)}
+        return {"iteration": next_iteration, "global_step": global_step}
 
     num_iterations = args.total_timesteps // batch_size
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
@@ -456,42 +419,24 @@ def main(args: Args) -> dict:
         for iteration in range(start_iteration, num_iterations):
             if args.anneal_lr:
                 lr.fill_(args.learning_rate * (1 - iteration / num_iterations))
-            if on_device:
-                iteration_on_device()  # recurrent rollout, GAE, every epoch of sequence updates
-                finished = episodes.read()  # those that ended in the previous iteration, read while this one runs
-                episodes.copy()
-                global_step += batch_size
-                logger.log_episodes(global_step, finished)
+            start_rollout()
+            for step in range(num_steps):
+                (act_next if step else act_first)()  # on the device: store the last answer, choose the action
+                link.action_queued()
+                next_obs, reward, terminated, truncated, infos = envs.step(link.action())
+                global_step += n_envs
+                link.send(EnvStep(reward, terminated, truncated, final_observations(next_obs, infos), next_obs))
+                logger.log_episodes(global_step, episodes.after_step(infos))
                 logger.progress(global_step)
-            else:
-                start_rollout()
-                finished = []
-                for step in range(num_steps):
-                    (act_next if step else act_first)()  # on the device: store the last answer, choose the action
-                    link.action_queued()
-                    next_obs, reward, terminated, truncated, infos = envs.step(link.action())
-                    global_step += n_envs
-                    link.send(EnvStep(reward, terminated, truncated, final_observations(next_obs, infos), next_obs))
-                    ended_now = episodes.after_step(infos)
-                    finished += ended_now
-                    logger.log_episodes(global_step, ended_now)
-                    logger.progress(global_step)
-                learn_from_rollout()  # the last answer, GAE, every epoch of sequence updates
-            recent_returns.extend(episodic_return for episodic_return, _ in finished)
+            learn_from_rollout()  # the last answer, GAE, every epoch of sequence updates
             next_iteration = iteration + 1
             if iteration % log_interval == 0:
                 logger.log(global_step, learning_rate=lr.item(), **dict(zip(metric_names, metrics.tolist(),
                                                                             strict=True)))
-            if (args.stop_at_return is not None and len(recent_returns) == recent_returns.maxlen
-                    and sum(recent_returns) / len(recent_returns) >= args.stop_at_return):
-                logger.log(global_step, solved_seconds=logger.elapsed())
-                break
             if checkpoints.due(global_step, batch_size):
                 checkpoints.save_periodic(envs, link, counters())
             if logger.stop.requested:  # Ctrl-C or a non-finite loss: stop where an iteration ends
                 break
-        if on_device and not logger.stop.requested:  # a stopped run's stay in its checkpoint, for the resumed run
-            logger.log_episodes(global_step, episodes.read())  # the last iteration's
         if args.save_model:
             checkpoints.save("ppo_lstm.pt", envs, link, counters())
             policy = DeterministicPolicy(agent, obs_rms if args.normalize else None,

@@ -1,9 +1,8 @@
-"""ppo_lstm's hand-written LSTM (the actor's and the critic's recurrent weights stacked: one batched matmul per
-step for both) against the same cell with one matmul per LSTM, and against two nn.LSTMCell, on the work one
-recurrent PPO iteration does with the
-speed task's sizes: the rollout (128 steps of 4096 envs, no gradient) and the training unroll of one minibatch
-(128 steps of 1024 envs, forward and backward), each as the script runs it (a Python loop over one compiled step,
-the whole function captured), in eager and compile+cudagraphs.
+"""algos/ppo_lstm_device_envs.py's hand-written LSTM (the actor's and the critic's recurrent weights stacked: one
+batched matmul per step for both) against the same cell with one matmul per LSTM, and against two nn.LSTMCell, on
+the work one recurrent PPO iteration does with the speed task's sizes: the rollout (128 steps of 4096 envs, no
+gradient) and the training unroll of one minibatch (128 steps of 1024 envs, forward and backward), each as the
+script runs it (a Python loop over one compiled step, the whole function captured), in eager and compile+cudagraphs.
 
     python scripts/lstm_cell_speed.py --out results/experiments/lstm-cell/h200.json
 
@@ -25,7 +24,7 @@ from torch import nn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from algos.ppo_lstm import Agent  # noqa: E402
+from algos.ppo_lstm_device_envs import Agent  # noqa: E402
 from scripts.benchmark import machine  # noqa: E402
 from turborl.paths import ExecutionPath  # noqa: E402
 
@@ -45,7 +44,7 @@ class Args:
 
 
 class SeparateRecurrences(nn.Module):
-    """The hand-written cell with one recurrent matmul per LSTM (ppo_lstm's before the weights were stacked)."""
+    """The hand-written cell with one recurrent matmul per LSTM (before the weights were stacked)."""
 
     def __init__(self, agent: Agent, lstm_size: int):
         super().__init__()

@@ -233,7 +233,7 @@ ALGORITHMS = {
                  flags=("--stop-at-return", "475")),
             Task("ppo_device_envs", "CartPole-v1", 2_000_000, 2_000_000, variant="torch-solve128",
                  flags=("--num-envs", "128", "--num-steps", "16", "--stop-at-return", "475")),
-            # The memoryless policy on the velocity-masked task, with ppo_lstm's settings there and its budget.
+            # The memoryless policy on the velocity-masked task, with ppo_lstm_device_envs' settings and budget.
             Task("ppo_device_envs", "CartPole-v1", 500_000, 500_000, variant="torch-masked",
                  flags=("--mask-velocity", "--num-envs", "8", "--learning-rate", "1e-3", "--normalize", "True"))),
         # Humanoid-v5 on MuJoCo Warp until the mean return of the last 100 episodes reaches 5,000: 8,192 worlds x
@@ -268,20 +268,24 @@ ALGORITHMS = {
                                     "policy_loss", 300, exact_resume=False)}),
     "ppo_lstm": Algorithm(
         "ppo_lstm",
+        tests={"ppo-lstm": TestRun("ppo_lstm", ("--total-timesteps", "1024", "--num-steps", "16", "--log-every", "1"),
+                                   "policy_loss", 600)}),
+    "ppo_lstm_device_envs": Algorithm(
+        "ppo_lstm_device_envs",
         speed=(
             # The whole recurrent iteration as one graph: velocity-masked CartPole, 4096 envs x 128 steps.
-            Task("ppo_lstm", "CartPole-v1", 4096 * 128 * 40, 4096 * 128 * 8, variant="masked4096",
+            Task("ppo_lstm_device_envs", "CartPole-v1", 4096 * 128 * 40, 4096 * 128 * 8, variant="masked4096",
                  flags=("--mask-velocity", "--num-envs", "4096"), cuda_only=True),),
         learning=(
-            Task("ppo_lstm", "CartPole-v1", 500_000, 500_000, variant="masked", flags=("--mask-velocity",)),),
-        tests={"ppo-lstm": TestRun("ppo_lstm", ("--mask-velocity", "--total-timesteps", "1024", "--num-steps",
-                                                "16", "--log-every", "1"), "policy_loss", 600),
-               "ppo-lstm-gymnasium": TestRun("ppo_lstm", ("--env-backend", "gymnasium", "--total-timesteps", "1024",
-                                                          "--num-steps", "16", "--log-every", "1"), "policy_loss", 600),
-               "ppo-lstm-continuous": TestRun("ppo_lstm", ("--env-id", "Pendulum-v1", "--num-envs", "4",
-                                                           "--num-minibatches", "2", "--num-steps", "16",
-                                                           "--update-epochs", "2", "--total-timesteps", "512",
-                                                           "--log-every", "1"), "value_loss", 300)}),
+            Task("ppo_lstm_device_envs", "CartPole-v1", 500_000, 500_000, variant="masked",
+                 flags=("--mask-velocity",)),),
+        tests={"ppo-lstm-device-envs": TestRun("ppo_lstm_device_envs", ("--mask-velocity", "--total-timesteps",
+                                                                        "1024", "--num-steps", "16", "--log-every",
+                                                                        "1"), "policy_loss", 600),
+               "ppo-lstm-device-envs-continuous": TestRun(
+                   "ppo_lstm_device_envs", ("--env-id", "Pendulum-v1", "--num-envs", "4", "--num-minibatches", "2",
+                                            "--num-steps", "16", "--update-epochs", "2", "--total-timesteps", "512",
+                                            "--log-every", "1"), "value_loss", 300)}),
 }
 
 TEST_RUNS = {name: run for algorithm in ALGORITHMS.values() for name, run in algorithm.tests.items()}

@@ -156,7 +156,8 @@ def test_bad_env_id_and_missing_extra(monkeypatch):
     ("ppo_device_envs", ("--env-id", "Hopper-v5"), ("mjwarp has HalfCheetah-v5, Ant-v5, Humanoid-v5",)),
     ("ppo_device_envs", ("--env-id", "Ant-v5", "--mask-velocity"), ("--env-backend torch",)),
     ("ppo", ("--env-id", "Ant-v5"), ("algos/ppo_device_envs.py",)),
-    ("ppo_lstm", ("--env-id", "Ant-v5"), ("not mjwarp",)),
+    ("ppo_lstm_device_envs", ("--env-id", "Ant-v5"), ("MuJoCo Warp: not yet",)),
+    ("ppo_lstm", ("--env-id", "Ant-v5"), ("algos/ppo_lstm_device_envs.py",)),
     ("td3_device_envs", ("--env-id", "Hopper-v5"), ("mjwarp has HalfCheetah-v5, Ant-v5, Humanoid-v5",)),
 ])
 def test_scripts_name_what_the_mjwarp_backend_has(tmp_path, script, flags, words):

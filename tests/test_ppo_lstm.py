@@ -1,5 +1,6 @@
-"""Recurrent PPO on CPU: the LSTM, learning a task that needs memory, the exported recurrent policy, user errors.
-(Eager = compile, and exact resumes, run for its registry test runs in tests/test_paths.py and test_resume.py.)"""
+"""Recurrent PPO on CPU (algos/ppo_lstm.py on gymnasium envs, algos/ppo_lstm_device_envs.py on device envs): the
+LSTM, learning a task that needs memory, the exported recurrent policy, user errors. (Eager = compile, and exact
+resumes, run for their registry test runs in tests/test_paths.py and test_resume.py.)"""
 
 import glob
 import json
@@ -12,13 +13,15 @@ import pytest
 import torch
 from torch import nn
 
-from algos.ppo_lstm import Agent
+from algos import ppo_lstm, ppo_lstm_device_envs
+from algos.ppo_lstm_device_envs import Agent
 from tests.helpers import ROOT, assert_user_error, metric, run_script
 
 
-def test_each_lstm_is_torchs_lstm_cell():
+@pytest.mark.parametrize("script", [ppo_lstm, ppo_lstm_device_envs])
+def test_each_lstm_is_torchs_lstm_cell(script):
     torch.manual_seed(0)
-    agent = Agent(obs_dim=3, n_out=2, discrete=True, lstm_size=16)
+    agent = script.Agent(obs_dim=3, n_out=2, discrete=True, lstm_size=16)
     obs, h, c = torch.randn(5, 3), torch.randn(5, 32), torch.randn(5, 32)
     with torch.no_grad():
         next_h, next_c = agent.cell(agent.gate_inputs(obs), h, c)
@@ -38,24 +41,25 @@ def test_each_lstm_is_torchs_lstm_cell():
 def test_learns_cartpole_without_velocities(tmp_path):
     # Budget measured on CPU (seed 1): the mean of the last 20 episodes reaches 478 in 60k steps; the memoryless
     # MLP PPO with the same settings stays at ~45 over 500k steps (results/learning-cpu).
-    result = run_script("ppo_lstm", "--mask-velocity", "--total-timesteps", "60000", "--runs-dir", str(tmp_path))
+    result = run_script("ppo_lstm_device_envs", "--mask-velocity", "--total-timesteps", "60000", "--runs-dir",
+                        str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
-    [run_dir] = glob.glob(str(tmp_path / "CartPole-v1__ppo_lstm__1__*"))
+    [run_dir] = glob.glob(str(tmp_path / "CartPole-v1__ppo_lstm_device_envs__1__*"))
     returns = metric(run_dir, "episodic_return")
     assert np.mean(returns[-20:]) >= 300, returns[-20:]  # measured: 478
 
 
 def test_exported_policy_carries_the_lstm_state(tmp_path):
-    result = run_script("ppo_lstm", "--env-id", "Pendulum-v1", "--mask-velocity", "--num-envs", "4",
+    result = run_script("ppo_lstm_device_envs", "--env-id", "Pendulum-v1", "--mask-velocity", "--num-envs", "4",
                         "--num-minibatches", "2", "--num-steps", "64", "--total-timesteps", "512", "--save-model",
                         "--runs-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-2000:]
-    [run_dir] = glob.glob(str(tmp_path / "Pendulum-v1__ppo_lstm__1__*"))
-    checkpoint = torch.load(os.path.join(run_dir, "ppo_lstm.pt"), weights_only=False)
+    [run_dir] = glob.glob(str(tmp_path / "Pendulum-v1__ppo_lstm_device_envs__1__*"))
+    checkpoint = torch.load(os.path.join(run_dir, "ppo_lstm_device_envs.pt"), weights_only=False)
     agent = Agent(obs_dim=2, n_out=1, discrete=False, lstm_size=128)  # masked Pendulum: cos and sin only
     agent.load_state_dict(checkpoint["agent"])
     stats = checkpoint["obs_rms"]
-    exported = torch.export.load(os.path.join(run_dir, "ppo_lstm.pt2")).module()
+    exported = torch.export.load(os.path.join(run_dir, "ppo_lstm_device_envs.pt2")).module()
 
     torch.manual_seed(0)
     h = c = torch.zeros(7, 256)  # the actor's and the critic's LSTM states
@@ -80,12 +84,15 @@ def test_exported_policy_carries_the_lstm_state(tmp_path):
         assert len(json.load(f)["returns"]) == 2
 
 
-@pytest.mark.parametrize("flags, words", [
-    (["--num-minibatches", "3"], ["--num-minibatches 3", "--num-envs 8", "whole env sequences"]),
-    (["--env-backend", "gymnasium", "--mask-velocity"], ["--mask-velocity", "--env-backend torch"]),
-    (["--env-backend", "gymnasium", "--env-id", "Blackjack-v1"], ["flat Box observations"]),
-    (["--env-id", "LunarLander-v3"], ["--env-backend torch has no LunarLander-v3"]),
-    (["--lstm-size", "0"], ["--lstm-size must be positive"]),
+@pytest.mark.parametrize("script, flags, words", [
+    ("ppo_lstm_device_envs", ["--num-minibatches", "3"], ["--num-minibatches 3", "--num-envs 8",
+                                                           "whole env sequences"]),
+    ("ppo_lstm", ["--num-minibatches", "3"], ["--num-minibatches 3", "--num-envs 8", "whole env sequences"]),
+    ("ppo_lstm_device_envs", ["--env-backend", "gymnasium"], ["algos/ppo_lstm.py"]),
+    ("ppo_lstm", ["--env-backend", "torch"], ["algos/ppo_lstm_device_envs.py"]),
+    ("ppo_lstm", ["--env-id", "Blackjack-v1"], ["flat Box observations"]),
+    ("ppo_lstm_device_envs", ["--env-id", "LunarLander-v3"], ["--env-backend torch has no LunarLander-v3"]),
+    ("ppo_lstm_device_envs", ["--lstm-size", "0"], ["--lstm-size must be positive"]),
 ])
-def test_bad_input_is_one_clear_line(tmp_path, flags, words):
-    assert_user_error(run_script("ppo_lstm", *flags, "--runs-dir", str(tmp_path)), *words)
+def test_bad_input_is_one_clear_line(tmp_path, script, flags, words):
+    assert_user_error(run_script(script, *flags, "--runs-dir", str(tmp_path)), *words)

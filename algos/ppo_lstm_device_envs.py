@@ -1,0 +1,448 @@
+"""Recurrent PPO on envs that run on the device (the torch classic-control envs), in four execution paths. The
+whole iteration is one graph, as in algos/ppo_device_envs.py: the recurrent rollout (policy, physics, autoreset,
+storage), GAE and every epoch of sequence minibatches are one captured function, replayed once per iteration.
+On gymnasium's envs the same algorithm is algos/ppo_lstm.py.
+
+The algorithm is CleanRL's ppo_atari_lstm.py for vector observations: the LSTM state is carried through the
+rollout and zeroed where an episode starts; a minibatch is a set of whole env sequences, and the update re-runs
+the LSTM over each of them from the state stored at the rollout's start (backpropagation through the whole
+rollout). `--mask-velocity` leaves the velocities out of the observation: a task a memoryless policy cannot
+solve (CartPole-v1: the MLP of algos/ppo_device_envs.py stalls on it, this one solves it).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+from dataclasses import dataclass
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from turborl.checkpoints import Checkpoints, export_policy
+from turborl.cli import RunArgs, check, check_ppo_args, check_run_args, cli, pick_device, seed_everything
+from turborl.envs import action_space, make_env, track_episodes
+from turborl.logger import RunLogger
+from turborl.numerics import RunningMeanStd, reverse_scan
+from turborl.paths import ExecutionPath
+
+
+@dataclass
+class Args(RunArgs):
+    env_id: str = "CartPole-v1"
+    """env id of a torch classic-control env (common/torch_envs.py): CartPole-v1, Pendulum-v1, ..."""
+    mask_velocity: bool = False
+    """leave the velocities out of the observation (a partially observed task: the policy must remember)"""
+    seed: int = 1
+    """seed of the run (torch, env)"""
+    total_timesteps: int | None = None
+    """environment steps of the whole run (default: 500k discrete, 1M continuous)"""
+    learning_rate: float | None = None
+    """Adam learning rate (default: 2.5e-4 discrete, 3e-4 continuous)"""
+    num_envs: int | None = None
+    """parallel environments (default: 8 discrete, 16 continuous)"""
+    num_steps: int = 128
+    """steps per env per rollout: the length of the sequences the update backpropagates through"""
+    lstm_size: int = 128
+    """units of each LSTM (the actor's and the critic's)"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly to 0"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """GAE lambda"""
+    num_minibatches: int = 4
+    """minibatches per epoch, each num-envs / num-minibatches whole env sequences"""
+    update_epochs: int | None = None
+    """epochs over each rollout (default: 4 discrete, 10 continuous)"""
+    norm_adv: bool = True
+    """normalize advantages per minibatch"""
+    clip_coef: float = 0.2
+    """surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """clip the value loss too"""
+    ent_coef: float | None = None
+    """entropy bonus coefficient (default: 0.01 discrete, 0.0 continuous)"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """gradient clipping norm"""
+    normalize: bool = True
+    """normalize observations and rewards with running statistics"""
+    env_backend: str = "torch"
+    """where the envs run: torch (classic control on the device, common/torch_envs.py)"""
+    stop_at_return: float | None = None
+    """stop once the mean return of the last 100 episodes reaches this (time-to-solve benchmarks)"""
+
+
+# CleanRL's ppo.py / ppo_continuous_action.py choices, except: the env counts (a minibatch here is whole env
+# sequences, so there must be at least one env per minibatch); for discrete actions a learning rate of 1e-3 and
+# normalization on: the LSTMs infer velocities from differences of positions, which normalization scales up
+# (results/experiments/memory).
+DISCRETE_DEFAULTS = dict(total_timesteps=500_000, learning_rate=1e-3, num_envs=8, update_epochs=4,
+                         ent_coef=0.01)
+CONTINUOUS_DEFAULTS = dict(total_timesteps=1_000_000, learning_rate=3e-4, num_envs=16, update_epochs=10,
+                           ent_coef=0.0)
+
+
+def layer(n_in: int, n_out: int, std: float = math.sqrt(2), bias: bool = True) -> nn.Linear:
+    linear = nn.Linear(n_in, n_out, bias=bias)
+    nn.init.orthogonal_(linear.weight, std)
+    if bias:
+        nn.init.zeros_(linear.bias)
+    return linear
+
+
+class Agent(nn.Module):
+    """An actor and a critic, each an encoder (64 tanh units) and an LSTM, CleanRL's initialization. Separate, as
+    the MLP PPO's are: sharing one LSTM, the value loss (returns in the hundreds, without reward normalization)
+    swamps the policy's gradient under the shared gradient-norm clip, and CartPole without velocities did not
+    learn in 115k steps. Both LSTMs step as one: their states are the two halves of `h` and `c`.
+
+    The LSTMs are written out rather than nn.LSTMCell: the input's share of the gates is one batched matmul over
+    a whole sequence, and the two LSTMs' recurrent weights are stacked (2 x hidden x 4 hidden), so a step of the
+    recurrence is one batched matmul for both and the gates' pointwise math, which torch.compile fuses; its
+    backward, one batched matmul for the state's gradient and one for the weights'. The steps are sequential and
+    their kernels small: the number of kernels per step sets the unroll's time on a GPU. Distributions are
+    written out as in the other PPO scripts (no argument checks, no host syncs, one random draw per action)."""
+
+    def __init__(self, obs_dim: int, n_out: int, discrete: bool, lstm_size: int):
+        super().__init__()
+        self.discrete, self.lstm_size = discrete, lstm_size
+        self.actor_encoder = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 4 * lstm_size, 1.0))
+        self.critic_encoder = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 4 * lstm_size, 1.0))
+        # h_k @ recurrence[k]: layer k's weight, transposed (CleanRL's orthogonal initialization of each LSTM)
+        self.recurrence = nn.Parameter(torch.stack([layer(lstm_size, 4 * lstm_size, 1.0, bias=False).weight.T
+                                                    for _ in ("actor", "critic")]).detach().contiguous())
+        self.actor = layer(lstm_size, n_out, 0.01)
+        self.critic = layer(lstm_size, 1, 1.0)
+        if not discrete:
+            self.actor_logstd = nn.Parameter(torch.zeros(n_out))
+
+    def gate_inputs(self, obs):
+        """The input's share of both LSTMs' gates, for any leading dimensions (one step, or a whole sequence)."""
+        return torch.cat([self.actor_encoder(obs), self.critic_encoder(obs)], -1)
+
+    def cell(self, gate_input, h, c):
+        """One step of both LSTMs: (h, c) after an input whose `gate_inputs` are given; the actor's state is the
+        first half of h and c, the critic's the second."""
+        size = self.lstm_size
+        recurrent = torch.bmm(h.unflatten(-1, (2, size)).transpose(0, 1), self.recurrence)  # 2 x batch x 4 size
+        gates = gate_input.unflatten(-1, (2, 4 * size)) + recurrent.transpose(0, 1)  # batch x LSTM x gates
+        i, f, g, o = gates.unflatten(-1, (4, size)).unbind(-2)  # per LSTM, gates i, f, g, o
+        c = f.sigmoid() * c.unflatten(-1, (2, size)) + i.sigmoid() * g.tanh()
+        return (o.sigmoid() * c.tanh()).flatten(-2), c.flatten(-2)
+
+    def value(self, hidden):
+        return self.critic(hidden[..., self.lstm_size:]).squeeze(-1)
+
+    def sample(self, hidden, noise):
+        """(action, its log-probability) from noise drawn beforehand: Gumbel noise for categorical (Gumbel-max),
+        standard normal for the reparameterized Gaussian."""
+        out = self.actor(hidden[..., :self.lstm_size])
+        if self.discrete:
+            logp = out.log_softmax(-1)
+            action = (logp + noise).argmax(-1)
+            return action, logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        action = out + self.actor_logstd.exp() * noise
+        return action, self.gaussian_logp(out, action)
+
+    def evaluate(self, hidden, action):
+        """(log-probability of action, entropy, value) under the current parameters."""
+        out = self.actor(hidden[..., :self.lstm_size])
+        if self.discrete:
+            logp = out.log_softmax(-1)
+            entropy = -(logp.exp() * logp).sum(-1)
+            return logp.gather(-1, action.unsqueeze(-1)).squeeze(-1), entropy, self.value(hidden)
+        entropy = (0.5 + 0.5 * math.log(2 * math.pi) + self.actor_logstd).sum().expand(hidden.shape[0])
+        return self.gaussian_logp(out, action), entropy, self.value(hidden)
+
+    def deterministic(self, hidden):
+        out = self.actor(hidden[..., :self.lstm_size])
+        return out.argmax(-1) if self.discrete else out
+
+    def gaussian_logp(self, mean, action):
+        log_std = self.actor_logstd
+        return (-0.5 * ((action - mean) / log_std.exp()).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+
+class DeterministicPolicy(nn.Module):
+    """The exported policy: (raw observation batch, LSTM state h, c) in, (most likely action, next h, next c)
+    out; h and c hold both LSTMs' states (2 x lstm size), the critic's half unused by the action. Start each
+    episode from zeros for h and c; observations are normalized with the run's final statistics and Gaussian
+    means clipped to the action bounds."""
+
+    def __init__(self, agent: Agent, obs_rms: RunningMeanStd | None, low=None, high=None):
+        super().__init__()
+        self.agent, self.normalize = agent, obs_rms is not None
+        if obs_rms is not None:
+            self.register_buffer("obs_mean", obs_rms.mean.clone())
+            self.register_buffer("obs_var", obs_rms.var.clone())
+        if low is not None:
+            self.register_buffer("low", torch.as_tensor(low, dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(high, dtype=torch.float32))
+
+    def forward(self, obs, h, c):
+        if self.normalize:
+            obs = ((obs - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp(-10, 10)
+        h, c = self.agent.cell(self.agent.gate_inputs(obs), h, c)
+        action = self.agent.deterministic(h)
+        return (action if self.agent.discrete else torch.max(torch.min(action, self.high), self.low)), h, c
+
+
+def resolve_defaults(args: Args) -> bool:
+    """Fill the defaults chosen by the action space, check every value; returns whether actions are discrete."""
+    check(args.env_backend == "torch", "recurrent PPO on gymnasium envs is algos/ppo_lstm.py; here --env-backend "
+          "is torch (MuJoCo Warp: not yet)")
+    space = action_space(args.env_id, args.env_backend)
+    check(isinstance(space, (gym.spaces.Discrete, gym.spaces.Box)),
+          f"PPO needs Discrete or Box actions but {args.env_id} has {space}; pick e.g. CartPole-v1 or Pendulum-v1")
+    discrete = isinstance(space, gym.spaces.Discrete)
+    for name, value in (DISCRETE_DEFAULTS if discrete else CONTINUOUS_DEFAULTS).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    check_ppo_args(args, whole_sequences=True)
+    check(args.lstm_size > 0, f"--lstm-size must be positive (got {args.lstm_size})")
+    return discrete
+
+
+def main(args: Args) -> dict:
+    discrete = resolve_defaults(args)
+    check_run_args(args)
+    device = pick_device(args.cuda)
+    path = ExecutionPath(args, device)
+    seed_everything(args.seed)
+    envs = make_env(args.env_id, args.num_envs, args.seed, algo="PPO", backend="torch", device=str(device),
+                    mask_velocity=args.mask_velocity)
+    logger = RunLogger(args, "ppo_lstm_device_envs", args.total_timesteps, device, run_root=args.runs_dir)
+    n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, envs.single_observation_space.shape[0]
+    batch_size, envs_per_minibatch = n_envs * num_steps, n_envs // args.num_minibatches
+    space = envs.single_action_space
+    action_shape = () if discrete else space.shape
+    n_out = int(space.n) if discrete else space.shape[0]
+
+    # ALGO LOGIC: the agent, its optimizer, the recurrent state, the rollout storage and normalization statistics
+    agent = Agent(obs_dim, n_out, discrete, args.lstm_size).to(device)
+    lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it
+    # capturable: Adam reads the learning rate tensor on the device (compiled, the compiled step does)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
+                                 capturable=device.type == "cuda" and not args.compile)
+    obs = torch.zeros(n_envs, obs_dim, device=device)  # what the next action is chosen on
+    first = torch.ones(n_envs, device=device)  # obs is the first of its episode: the LSTM starts from zeros
+    # Both LSTMs' states (the actor's, the critic's) before acting on obs
+    lstm_h, lstm_c = (torch.zeros(n_envs, 2 * args.lstm_size, device=device) for _ in range(2))
+    initial_h, initial_c = torch.zeros_like(lstm_h), torch.zeros_like(lstm_c)  # at the rollout's start
+    obs_buf = torch.zeros(num_steps, n_envs, obs_dim, device=device)
+    first_buf = torch.zeros(num_steps, n_envs, device=device)
+    actions = torch.zeros(num_steps, n_envs, *action_shape, dtype=torch.long if discrete else torch.float32,
+                          device=device)
+    logprobs, values, rewards = (torch.zeros(num_steps, n_envs, device=device) for _ in range(3))
+    ended = torch.zeros(num_steps, n_envs, device=device)  # the episode ended after this step
+    bootstrap = torch.zeros(num_steps, n_envs, device=device)  # discounted value of a state cut by a time limit
+    noise = torch.zeros(num_steps, n_envs, n_out, device=device)  # the rollout's sampling noise, drawn before it
+    advantages, returns = torch.zeros(num_steps, n_envs, device=device), torch.zeros(num_steps, n_envs, device=device)
+    env_orders = torch.zeros(args.update_epochs, n_envs, dtype=torch.long, device=device)
+    minibatches = env_orders.view(-1, envs_per_minibatch)  # every epoch's minibatches of envs, in order
+    step_index = torch.zeros((), dtype=torch.long, device=device)
+    obs_rms, return_rms = RunningMeanStd((obs_dim,), device), RunningMeanStd((), device)
+    discounted_return = torch.zeros(n_envs, device=device)
+    action_low = torch.as_tensor(space.low if not discrete else 0, dtype=torch.float32, device=device)
+    action_high = torch.as_tensor(space.high if not discrete else 0, dtype=torch.float32, device=device)
+    metric_names = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"]
+    metrics = torch.zeros(len(metric_names), device=device)  # the last minibatch's, read when logging
+    episodes = track_episodes("torch", n_envs, device, steps_per_read=num_steps)
+
+    def put(storage, index, value):
+        """storage[index] = value for a 0-dim device index: plain indexing would read the index on the host."""
+        storage.index_copy_(0, index.view(1), value.unsqueeze(0))
+
+    def normalize_obs(x, update: bool):
+        if not args.normalize:
+            return x
+        if update:
+            obs_rms.update(x)
+        return ((x - obs_rms.mean) / torch.sqrt(obs_rms.var + 1e-8)).clamp(-10, 10)
+
+    def env_step() -> None:
+        """One step of the rollout: act on `obs` with the carried LSTM states, step the envs, and store at the
+        step's slot the obs, whether it starts an episode, the action, its log-probability, value and answer."""
+        normalized_obs = normalize_obs(obs, update=True)
+        keep = (1 - first).unsqueeze(1)
+        with torch.no_grad():
+            h, c = agent.cell(agent.gate_inputs(normalized_obs), lstm_h * keep, lstm_c * keep)
+            action, logprob = agent.sample(h, noise.index_select(0, step_index.view(1)).squeeze(0))
+            value = agent.value(h)
+        next_obs, reward, terminated, truncated, infos = envs.step(
+            action if discrete else action.clamp(action_low, action_high))  # the env gets a valid action
+        episodes.record(infos)
+        terminated, truncated = terminated.float(), truncated.float()
+        with torch.no_grad():  # a time limit is not a termination: bootstrap with the value of the state reached
+            final_h, _ = agent.cell(agent.gate_inputs(normalize_obs(infos["final_obs"], update=False)), h, c)
+            bootstrap_value = args.gamma * agent.value(final_h) * truncated
+        if args.normalize:  # gymnasium's NormalizeReward: scale by the std of a discounted return, then clip
+            discounted_return.copy_(discounted_return * args.gamma * (1 - terminated) + reward)
+            return_rms.update(discounted_return)
+            reward = (reward / torch.sqrt(return_rms.var + 1e-8)).clamp(-10, 10)
+        episode_ended = torch.maximum(terminated, truncated)
+        for storage, stored in ((obs_buf, normalized_obs), (first_buf, first), (actions, action),
+                                (logprobs, logprob), (values, value), (rewards, reward), (ended, episode_ended),
+                                (bootstrap, bootstrap_value)):
+            put(storage, step_index, stored)
+        lstm_h.copy_(h)
+        lstm_c.copy_(c)
+        obs.copy_(next_obs)
+        first.copy_(episode_ended)
+        step_index.add_(1)
+
+    def finish_rollout() -> None:
+        """GAE over the rollout and every epoch's order of envs."""
+        step_index.zero_()
+        keep = (1 - first).unsqueeze(1)
+        with torch.no_grad():
+            h, _ = agent.cell(agent.gate_inputs(normalize_obs(obs, update=False)), lstm_h * keep, lstm_c * keep)
+            next_value = agent.value(h)
+        next_values = torch.cat([values[1:], next_value.unsqueeze(0)])
+        not_ended = 1 - ended
+        deltas = rewards + bootstrap + args.gamma * next_values * not_ended - values
+        gae = reverse_scan(deltas, args.gamma * args.gae_lambda * not_ended)
+        advantages.copy_(gae)
+        returns.copy_(gae + values)
+        env_orders.copy_(torch.rand(args.update_epochs, n_envs, device=device).argsort(dim=1))
+
+    def start_rollout() -> None:
+        """Keep the LSTM state the rollout starts from (the updates re-run each sequence from it) and draw the
+        rollout's noise: Gumbel for categorical actions, standard normal for Gaussian ones. Outside compiled
+        code: compiled code may reorder independent random ops, and the paths would disagree."""
+        initial_h.copy_(lstm_h)
+        initial_c.copy_(lstm_c)
+        if discrete:
+            noise.copy_(-torch.log(-torch.log(torch.rand_like(noise))))
+        else:
+            noise.normal_()
+
+    def lstm_step(gate_input, keep, h, c):
+        return agent.cell(gate_input, h * keep, c * keep)
+
+    def unroll(envs_of_minibatch: torch.Tensor) -> torch.Tensor:
+        """The LSTM re-run over the minibatch's env sequences from the rollout's start, the state zeroed where an
+        episode starts: hidden states (steps x envs x lstm size). A Python loop over one compiled step: compiled
+        whole, the loop would unroll into a graph that takes minutes to compile. The sequence is unbound into
+        steps rather than indexed step by step: the backward of each index writes a zero tensor the size of the
+        whole sequence, T^2 memory traffic that made the update several times slower on the GPU."""
+        gate_inputs = agent.gate_inputs(obs_buf.index_select(1, envs_of_minibatch))
+        keep = (1 - first_buf.index_select(1, envs_of_minibatch)).unsqueeze(-1)
+        h, c = initial_h.index_select(0, envs_of_minibatch), initial_c.index_select(0, envs_of_minibatch)
+        hidden = []
+        for gate_input, keep_step in zip(gate_inputs.unbind(0), keep.unbind(0), strict=True):
+            h, c = lstm_step(gate_input, keep_step, h, c)
+            hidden.append(h)
+        return torch.stack(hidden)
+
+    def update(envs_of_minibatch: torch.Tensor, hidden: torch.Tensor) -> None:
+        """One clipped-PPO Adam step on whole env sequences, given the LSTM's hidden states over them."""
+        def of_minibatch(storage):  # (steps x minibatch envs x ...) flattened to one batch
+            return storage.index_select(1, envs_of_minibatch).flatten(0, 1)
+
+        newlogprob, entropy, newvalue = agent.evaluate(hidden.flatten(0, 1), of_minibatch(actions))
+        logratio = newlogprob - of_minibatch(logprobs)
+        ratio = logratio.exp()
+        mb_advantages = of_minibatch(advantages)
+        if args.norm_adv:
+            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+        pg_loss = torch.max(-mb_advantages * ratio,
+                            -mb_advantages * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)).mean()
+        mb_returns, mb_values = of_minibatch(returns), of_minibatch(values)
+        if args.clip_vloss:
+            v_clipped = mb_values + (newvalue - mb_values).clamp(-args.clip_coef, args.clip_coef)
+            v_loss = 0.5 * torch.max((newvalue - mb_returns).pow(2), (v_clipped - mb_returns).pow(2)).mean()
+        else:
+            v_loss = 0.5 * (newvalue - mb_returns).pow(2).mean()
+        entropy_loss = entropy.mean()
+        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        optimizer.step()
+        with torch.no_grad():
+            metrics.copy_(torch.stack([pg_loss, v_loss, entropy_loss, (-logratio).mean(),
+                                       ((ratio - 1) - logratio).mean(),
+                                       ((ratio - 1).abs() > args.clip_coef).float().mean()]))
+
+    def iteration_on_device() -> None:
+        """The whole iteration: the recurrent rollout, GAE, every epoch of sequence minibatches."""
+        start_rollout()
+        for _ in range(num_steps):
+            env_step()
+        finish_rollout()
+        for minibatch in minibatches:
+            update(minibatch, unroll(minibatch))
+
+    # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture the whole iteration
+    env_step, finish_rollout = path.compile(env_step), path.compile(finish_rollout)
+    update, lstm_step = path.compile(update), path.compile(lstm_step)
+    iteration_on_device = path.capture(iteration_on_device)
+
+    # TRY NOT TO MODIFY: checkpoints and resume
+    checkpoints = Checkpoints(
+        args, logger.dir, "ppo_lstm_device_envs",
+        modules={"agent": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": return_rms,
+                 "episodes": episodes},
+        tensors={"obs": obs, "first": first, "lstm_h": lstm_h, "lstm_c": lstm_c,
+                 "discounted_return": discounted_return})
+    recent_returns: collections.deque = collections.deque(maxlen=100)
+    start_iteration, global_step = 0, 0
+    if args.resume:
+        envs, saved = checkpoints.resume(envs, None)
+        optimizer.param_groups[0]["lr"] = lr  # the device tensor that annealing writes, not the loaded copy
+        recent_returns.extend(saved["recent_returns"])
+        start_iteration, global_step = saved["iteration"], saved["global_step"]
+    else:
+        obs.copy_(envs.reset(seed=args.seed)[0])
+
+    def counters() -> dict:
+        return {"iteration": next_iteration, "global_step": global_step, "recent_returns": list(recent_returns)}
+
+    num_iterations = args.total_timesteps // batch_size
+    log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
+    next_iteration = start_iteration
+    try:
+        for iteration in range(start_iteration, num_iterations):
+            if args.anneal_lr:
+                lr.fill_(args.learning_rate * (1 - iteration / num_iterations))
+            iteration_on_device()  # recurrent rollout, GAE, every epoch of sequence updates
+            finished = episodes.read()  # those that ended in the previous iteration, read while this one runs
+            episodes.copy()
+            global_step += batch_size
+            logger.log_episodes(global_step, finished)
+            logger.progress(global_step)
+            recent_returns.extend(episodic_return for episodic_return, _ in finished)
+            next_iteration = iteration + 1
+            if iteration % log_interval == 0:
+                logger.log(global_step, learning_rate=lr.item(), **dict(zip(metric_names, metrics.tolist(),
+                                                                            strict=True)))
+            if (args.stop_at_return is not None and len(recent_returns) == recent_returns.maxlen
+                    and sum(recent_returns) / len(recent_returns) >= args.stop_at_return):
+                logger.log(global_step, solved_seconds=logger.elapsed())
+                break
+            if checkpoints.due(global_step, batch_size):
+                checkpoints.save_periodic(envs, None, counters())
+            if logger.stop.requested:  # Ctrl-C or a non-finite loss: stop where an iteration ends
+                break
+        if not logger.stop.requested:  # a stopped run's stay in its checkpoint, for the resumed run
+            logger.log_episodes(global_step, episodes.read())  # the last iteration's
+        if args.save_model:
+            checkpoints.save("ppo_lstm_device_envs.pt", envs, None, counters())
+            policy = DeterministicPolicy(agent, obs_rms if args.normalize else None,
+                                         *((None, None) if discrete else (space.low, space.high)))
+            export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo_lstm_device_envs.pt2"),
+                          state_sizes=(2 * args.lstm_size,) * 2)
+    finally:
+        envs.close()
+        summary = logger.close(checkpoint=checkpoints.last)
+    return summary
+
+
+if __name__ == "__main__":
+    cli(main, Args)
