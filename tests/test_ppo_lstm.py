@@ -40,7 +40,7 @@ def test_each_lstm_is_torchs_lstm_cell(script):
 
 def test_learns_cartpole_without_velocities(tmp_path):
     # Budget measured on CPU (seed 1): the mean of the last 20 episodes reaches 478 in 60k steps; the memoryless
-    # MLP PPO with the same settings stays at ~45 over 500k steps (results/learning-cpu).
+    # MLP PPO with the same settings stays at ~45 over 500k steps (results/experiments/memory).
     result = run_script("ppo_lstm_device_envs", "--mask-velocity", "--total-timesteps", "60000", "--runs-dir",
                         str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]

@@ -62,11 +62,16 @@ def test_report_tables_speedups_failures_and_readme_block(tmp_path):
         for i, record in enumerate(records):
             with open(results / suite / f"{i}.json", "w") as f:
                 json.dump(record, f)
+    os.makedirs(results / "learning-cpu")  # a CPU machine's scratch suite (git-ignored): not in the report
+    with open(results / "learning-cpu" / "0.json", "w") as f:
+        json.dump(runs["learning"][0], f)
     readme = tmp_path / "project" / "README.md"
     readme.parent.mkdir()
     readme.write_text(f"intro\n{report.README_START}\nold\n{report.README_END}\nrest\n")
 
     text = report.report(report.Args(results=str(results), readme=str(readme)))
+
+    assert "learning-cpu" not in text and not (results / "learning-cpu-returns.png").exists()
 
     assert ("| td3 | HalfCheetah-v5 | 100 | failed | no steady window | 2,500 | 1,000 | 25.0x (compile+cudagraphs) "
             "| 2.50x | 400 (50) | 2.0 | 812 |" in text)
@@ -131,3 +136,10 @@ def test_parity_report_passes_fails_and_lists_what_is_not_run(tmp_path):
     assert "| Walker2d-v4 | td3 | 0 | – |" in text and "not run" in text  # every parity task has its row
     assert "python scripts/long_runs.py" in text and "docs.cleanrl.dev/rl-algorithms/td3/" in text
     assert (folder / "Hopper-v4.png").stat().st_size > 1000 and (folder / "README.md").read_text() == text
+
+    readme = tmp_path / "project-README.md"  # the README's short table: the rows with finished seeds
+    readme.write_text(f"intro\n{report.PARITY_START}\nold\n{report.PARITY_END}\nrest\n")
+    report.report(report.Args(results=str(tmp_path), readme=str(readme), plots=False))
+    block = readme.read_text().split(report.PARITY_START)[1].split(report.PARITY_END)[0]
+    assert "| Hopper-v4 | td3 | 3 |" in block and "| Hopper-v4 | sac | 2" in block and "Walker2d" not in block
+    assert "old" not in block and readme.read_text().endswith("rest\n")
