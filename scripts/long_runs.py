@@ -20,6 +20,7 @@ import csv
 import datetime
 import glob
 import json
+import math
 import os
 import shlex
 import signal
@@ -52,8 +53,11 @@ class Args:
     jobs: int = 12
     """runs side by side; the others wait for a free place (one GPU with CUDA MPS and 16 cores holds ~12)"""
     deadline: float | None = None
-    """seconds after which running runs are stopped (Ctrl-C) to be resumed by the next call, and waiting ones
-    are left for it (none: run the whole selection to its end)"""
+    """seconds by which this call ends: the runs still going are stopped (Ctrl-C) --stop-seconds before it, to be
+    resumed by the next call, and waiting ones are left for it (none: run the whole selection to its end)"""
+    stop_seconds: float = 120.0
+    """what stopping takes: a dozen runs writing their checkpoints (replay memories of up to 1M transitions) and
+    exporting their policies at once took ~70 s on a 16-core machine"""
     out: str | None = None
     """the JSON of each run (default: results/parity/runs, or results/learning for --suite long)"""
     runs_dir: str = os.path.join(ROOT, "runs", "long")
@@ -74,6 +78,27 @@ def flags_of(args: Args, task: Task, seed: int) -> list[str]:
 def newest_run(runs_dir: str) -> str | None:
     folders = [d for d in glob.glob(os.path.join(runs_dir, "*")) if os.path.isdir(d)]
     return max(folders, key=os.path.getmtime) if folders else None
+
+
+def read_summary(run_dir: str | None) -> dict:
+    """The run's summary.json; for a run killed before writing it, its newest periodic checkpoint (`<algo>-step<N>.pt`)
+    with the steps it holds and the last seconds its metrics logged."""
+    path = os.path.join(run_dir or "", "summary.json")
+    if os.path.exists(path):
+        return json.load(open(path))
+    periodic = sorted(glob.glob(os.path.join(run_dir or "", "*-step*.pt")), key=os.path.getmtime)
+    if not periodic:
+        return {"status": "failed"}
+    with open(os.path.join(run_dir, "metrics.csv")) as f:
+        seconds = max([float(row["seconds"]) for row in csv.DictReader(f)] or [0.0])
+    steps = int(periodic[-1].rsplit("-step", 1)[1].removesuffix(".pt"))
+    return {"status": "killed", "checkpoint": periodic[-1], "steps": steps, "wall_seconds": seconds}
+
+
+def segment(run_dir: str, summary: dict, concurrent_runs: int) -> dict:
+    """One call's part of a run: its folder, checkpoint, steps reached and wall seconds."""
+    return {"run_dir": os.path.relpath(run_dir, ROOT), "checkpoint": os.path.relpath(summary["checkpoint"], ROOT),
+            "steps": summary["steps"], "wall_seconds": summary["wall_seconds"], "concurrent_runs": concurrent_runs}
 
 
 def mps_daemon_running() -> bool:
@@ -129,6 +154,11 @@ class Launched:
 def launch(args: Args, task: Task, seed: int, path: str, concurrent_runs: int) -> Launched:
     record = json.load(open(path)) if os.path.exists(path) else {"segments": []}
     runs_dir = os.path.join(args.runs_dir, f"{task.label}-{task.env_id}-s{seed}")
+    unrecorded = newest_run(runs_dir)  # a segment whose call was killed before it wrote this JSON
+    if unrecorded and record["segments"] and os.path.relpath(unrecorded, ROOT) != record["segments"][-1]["run_dir"]:
+        summary = read_summary(unrecorded)
+        if summary.get("checkpoint") and summary["steps"] > record["segments"][-1]["steps"]:
+            record["segments"].append(segment(unrecorded, summary, concurrent_runs))
     last = record["segments"][-1:]
     if last and not os.path.exists(os.path.join(ROOT, last[0]["checkpoint"])):
         print(f"{os.path.basename(path)}: its checkpoint went with an earlier machine; starting over")
@@ -148,13 +178,9 @@ def finish(args: Args, run: Launched, info: dict, path: str) -> dict:
     """The run's JSON after its process ended: a new segment, and `ok`, `partial` or `failed`."""
     task, seed, record = run.task, run.seed, run.record
     run_dir = newest_run(run.runs_dir)
-    summary_path = os.path.join(run_dir or "", "summary.json")
-    summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {"status": "failed"}
+    summary = read_summary(run_dir)
     if summary.get("checkpoint"):
-        record["segments"].append({"run_dir": os.path.relpath(run_dir, ROOT),
-                                   "checkpoint": os.path.relpath(summary["checkpoint"], ROOT),
-                                   "steps": summary["steps"], "wall_seconds": summary["wall_seconds"],
-                                   "concurrent_runs": run.concurrent_runs})
+        record["segments"].append(segment(run_dir, summary, run.concurrent_runs))
     record.update({
         "algo": task.label, "env_id": task.env_id, "path": args.path, "seed": seed, "steps": task.steps,
         "command": shlex.join(["python", f"algos/{task.script}.py", *flags_of(args, task, seed)]),
@@ -211,7 +237,8 @@ def main(args: Args) -> None:
     print(f"{len(pending)} runs, {concurrent} side by side"
           + (f", until {args.deadline:.0f} s" if args.deadline is not None else ""), flush=True)
     start, running, records = time.time(), {}, {}
-    while (pending or running) and (args.deadline is None or time.time() - start < args.deadline):
+    stop_at = math.inf if args.deadline is None else args.deadline - args.stop_seconds
+    while (pending or running) and time.time() - start < stop_at:
         while pending and len(running) < args.jobs:
             task, seed, path = pending.pop(0)
             running[path] = launch(args, task, seed, path, concurrent)

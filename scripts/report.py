@@ -303,7 +303,8 @@ def plot_parity(runs: list[dict], env_id: str, path: str) -> None:
             continue
         budget = max(r["steps"] for r in runs if (r["env_id"], r["algo"]) == (env_id, algo))
         grid = np.linspace(0, budget, 101)
-        window = lambda y: np.convolve(y, np.ones(5) / 5, mode="same")  # noqa: E731  smooths episode noise
+        # A moving mean over 5 grid points smooths the episodes' noise (the ends padded with their own values).
+        window = lambda y: np.convolve(np.pad(y, 2, mode="edge"), np.ones(5) / 5, mode="valid")  # noqa: E731
         ys = np.array([window(np.interp(grid, c["steps"], c["returns"])) for c in curves])
         ax.plot(grid, ys.mean(0), color=f"C{color}", label=f"{algo} ({len(curves)} seeds)")
         ax.fill_between(grid, ys.min(0), ys.max(0), color=f"C{color}", alpha=0.2)
@@ -335,8 +336,10 @@ def parity_report(folder: str, plots: bool = True) -> str:
            "Sources: " + "; ".join(sorted({f"{r.source}" for r in {CLEANRL[k] for k in CLEANRL}})) + ".", "",
            "Reproduce the whole suite (on one GPU; the classic-control rows may run on a CPU with `--path eager`):", "",
            "```bash", PARITY_COMMAND, "```", "",
-           "Runs shorter than their budget on one machine are stopped and resumed: `python scripts/long_runs.py "
-           "--deadline 540` stops the runs still going at 540 s (each checkpoints) and the next call resumes them. "
+           "Where the runs ran, the failing rows' investigation and what is left: [NOTES.md](NOTES.md). "
+           "Runs longer than one machine's sitting are stopped and resumed: `python scripts/long_runs.py "
+           "--deadline 540` stops the runs still going in time to end by 540 s (each checkpoints) and the next call "
+           "resumes them. "
            "Each run's JSON in `runs/` holds its exact command, segments, machine and versions.", ""]
     out += machines(runs)
     if plots:

@@ -2,8 +2,13 @@
 policy's evaluation), finished runs are not run again, and a run whose checkpoint is gone starts over."""
 
 import csv
+import glob
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 from scripts import long_runs
 from scripts.registry import Algorithm, Task
@@ -35,3 +40,39 @@ def test_a_suite_runs_two_seeds_in_one_place_and_records_each(tmp_path, monkeypa
 
     long_runs.main(long_runs.Args(**args))  # both done: nothing to run
     assert "0 runs" in capsys.readouterr().out
+
+
+def test_a_segment_whose_call_was_killed_is_found_and_resumed(tmp_path, monkeypatch):
+    """A call killed while its runs stopped (the machine's time ran out) never wrote their JSONs: the next call
+    finds the newest checkpoint in the run's folders and resumes from it, not from the last recorded one."""
+    task = Task("dqn", "CartPole-v1", steps=20_000, eager_steps=20_000, flags=TASK.flags)
+    monkeypatch.setattr(long_runs, "ALGORITHMS", {"dqn": Algorithm("dqn", parity=(task,))})
+    args = long_runs.Args(seeds=[1], path="eager", out=str(tmp_path / "out"), runs_dir=str(tmp_path / "runs"))
+    runs_dir = tmp_path / "runs" / "dqn-CartPole-v1-s1"
+    command = [sys.executable, "algos/dqn.py", *long_runs.flags_of(args, task, 1), "--save-model",
+               "--checkpoint-every", "1000", "--runs-dir", str(runs_dir)]
+
+    def run_until_a_checkpoint(signal_number, *resume):
+        before = set(glob.glob(str(runs_dir / "*")))
+        process = subprocess.Popen([*command, *resume], cwd=long_runs.ROOT, stderr=subprocess.DEVNULL)
+        while not [p for p in glob.glob(str(runs_dir / "*" / "dqn-step*.pt")) if os.path.dirname(p) not in before]:
+            assert process.poll() is None, "the run ended before its first periodic checkpoint"
+            time.sleep(0.05)
+        process.send_signal(signal_number)
+        process.wait()
+        [new] = set(glob.glob(str(runs_dir / "*"))) - before
+        return new
+
+    first = run_until_a_checkpoint(signal.SIGINT)  # a recorded segment: stopped, its summary names its checkpoint
+    summary = json.load(open(os.path.join(first, "summary.json")))
+    os.makedirs(tmp_path / "out")
+    record = {"segments": [long_runs.segment(first, summary, 1)], "status": "partial"}
+    (tmp_path / "out" / "dqn__CartPole-v1__eager__s1.json").write_text(json.dumps(record))
+    killed = run_until_a_checkpoint(signal.SIGKILL, "--resume", summary["checkpoint"])  # no summary, no JSON
+
+    long_runs.main(args)
+
+    record = json.load(open(tmp_path / "out" / "dqn__CartPole-v1__eager__s1.json"))
+    assert record["status"] == "ok" and record["reached"] == 20_000 and len(record["segments"]) == 3
+    assert record["segments"][1]["run_dir"] == os.path.relpath(killed, long_runs.ROOT)
+    assert record["segments"][1]["steps"] > summary["steps"]
