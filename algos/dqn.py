@@ -1,8 +1,8 @@
 """DQN (CleanRL's dqn.py, same defaults) in four execution paths: eager, --compile, --cudagraphs, both.
 
-Per env step the device runs `act` (store the transition the envs just finished in a replay ring on the device,
-then pick the next epsilon-greedy action) and, every `train_frequency` steps, `update` (sample a batch on the
-device, one Adam step). The update is launched before the CPU steps the envs, so the two overlap; the loop
+Per env step the device runs `store_and_act` (store the transition the envs just finished in a replay ring on
+the device, then pick the next epsilon-greedy action) and, every `train_frequency` steps, `update` (sample a batch
+on the device, one Adam step). The update is launched before the CPU steps the envs, so the two overlap; the loop
 waits for nothing but the action's copy to the host.
 """
 
@@ -18,7 +18,8 @@ import torch.nn.functional as F
 
 from turborl.checkpoints import Checkpoints, export_policy
 from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
-from turborl.envs import EnvLink, EnvStep, final_observations, make_env, track_episodes
+from turborl.envs import final_observations, make_env, track_episodes
+from turborl.link import EnvLink, EnvStep
 from turborl.logger import RunLogger
 from turborl.paths import ExecutionPath
 
@@ -116,25 +117,27 @@ def main(args: Args) -> dict:
     rb_dones = torch.zeros(capacity, device=device)
     rb_ptr = torch.zeros((), dtype=torch.long, device=device)
     rb_size = torch.zeros((), dtype=torch.long, device=device)
-    env_steps = torch.zeros((), device=device)
+    env_steps = torch.zeros((), device=device)  # transitions stored: the host's global_step, one step behind
     epsilon = torch.ones((), device=device)
     obs = torch.zeros(n_envs, obs_dim, device=device)  # what the last action was chosen on
     action = torch.zeros(n_envs, dtype=torch.long, device=device)
     env_index = torch.arange(n_envs, device=device)
     metrics = torch.zeros(2, device=device)  # td_loss, q_values: written by `update`, read when logging
 
-    def act(step: EnvStep) -> torch.Tensor:
-        """Store (obs, action, reward, terminated, final obs) in the replay ring, then act on the next obs."""
-        stored = step.answered[0].long()  # 0 after a reset: no transition yet
-        slots = (rb_ptr + env_index) % capacity
-        rb_obs[slots] = obs
-        rb_actions[slots] = action
-        rb_rewards[slots] = step.reward
-        rb_dones[slots] = step.terminated  # truncation is not termination: bootstrap through time limits
-        rb_next_obs[slots] = step.final_obs
-        rb_ptr.copy_((rb_ptr + n_envs * stored) % capacity)
-        rb_size.copy_(torch.clamp(rb_size + n_envs * stored, max=capacity))
-        env_steps.add_(n_envs * stored)
+    def store_and_act(step: EnvStep, after_reset: bool) -> torch.Tensor:
+        """Write the transition the envs just finished into the replay ring (obs, the action taken on it, reward,
+        terminated, the obs reached), then choose the action on the next obs. `after_reset`: the envs' first
+        observation, no transition yet."""
+        if not after_reset:
+            slots = (rb_ptr + env_index) % capacity
+            rb_obs[slots] = obs
+            rb_actions[slots] = action
+            rb_rewards[slots] = step.reward
+            rb_dones[slots] = step.terminated  # truncation is not termination: bootstrap through time limits
+            rb_next_obs[slots] = step.final_obs  # the obs reached, before autoreset (CleanRL's real_next_obs)
+            rb_ptr.copy_((rb_ptr + n_envs) % capacity)
+            rb_size.copy_(torch.clamp(rb_size + n_envs, max=capacity))
+            env_steps.add_(n_envs)
 
         decay_steps = args.exploration_fraction * args.total_timesteps
         epsilon.copy_(torch.clamp(args.start_e + (args.end_e - args.start_e) * env_steps / decay_steps, min=args.end_e))
@@ -160,8 +163,9 @@ def main(args: Args) -> dict:
 
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
     link = EnvLink(n_envs, obs_dim, (), torch.long, device, envs_on_device=args.env_backend != "gymnasium")
-    act, update = path.compile(act), path.compile(update)
-    act_step = path.capture(lambda: link.send_action(act(link.receive())))
+    store_and_act, update = path.compile(store_and_act), path.compile(update)
+    act_after_reset = lambda: link.send_action(store_and_act(link.receive(), after_reset=True))  # rare: not captured
+    store_and_act_step = path.capture(lambda: link.send_action(store_and_act(link.receive(), after_reset=False)))
     update = path.capture(update)
 
     # TRY NOT TO MODIFY: episodes, checkpoints and resume
@@ -183,11 +187,14 @@ def main(args: Args) -> dict:
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "updates": updates}
 
+    # One iteration: the device stores the transition the envs finished and chooses the next action
+    # (store_and_act), then trains (update, every --train-frequency steps) while the host steps the envs with
+    # that action and stages their answer (link.send) for the next iteration's store_and_act.
     num_iterations = -(-args.total_timesteps // n_envs)
     next_iteration = start_iteration
     try:
         for iteration in range(start_iteration, num_iterations):
-            act_step()  # on the device: store the last transition, choose the next action
+            (store_and_act_step if link.answered else act_after_reset)()  # on the device
             link.action_queued()
             if global_step > args.learning_starts and iteration % args.train_frequency == 0:
                 update()  # launched before the envs step: the GPU trains while the CPU simulates
@@ -203,6 +210,8 @@ def main(args: Args) -> dict:
 
             next_obs, reward, terminated, truncated, infos = envs.step(link.action())
             global_step += n_envs
+            # gymnasium's same-step autoreset: where an episode ended, next_obs starts the next one and
+            # final_observations holds the last obs of the one that ended
             link.send(EnvStep(reward, terminated, truncated, final_observations(next_obs, infos), next_obs))
             logger.log_episodes(global_step, episodes.after_step(infos))
             logger.progress(global_step)

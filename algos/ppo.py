@@ -23,7 +23,8 @@ from torch import nn
 
 from turborl.checkpoints import Checkpoints, export_policy
 from turborl.cli import RunArgs, check, check_ppo_args, check_run_args, cli, pick_device, seed_everything
-from turborl.envs import EnvLink, EnvStep, action_space, final_observations, make_env, track_episodes
+from turborl.envs import action_space, final_observations, make_env, track_episodes
+from turborl.link import EnvLink, EnvStep
 from turborl.logger import RunLogger
 from turborl.numerics import RunningMeanStd, reverse_scan
 from turborl.paths import ExecutionPath
@@ -194,9 +195,8 @@ def main(args: Args) -> dict:
     # ALGO LOGIC: the agent, its optimizer, the rollout storage and normalization statistics, on the device
     agent = Agent(obs_dim, n_out, discrete).to(device)
     lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it
-    # capturable: Adam reads the learning rate tensor on the device (compiled, the compiled step does)
     optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
-                                 capturable=device.type == "cuda" and not args.compile)
+                                 capturable=path.capturable_with_lr_tensor)
     obs_buf = torch.zeros(num_steps, n_envs, obs_dim, device=device)
     actions = torch.zeros(num_steps, n_envs, *action_shape, dtype=torch.long if discrete else torch.float32,
                           device=device)
@@ -244,7 +244,7 @@ def main(args: Args) -> dict:
         put(truncated_at, slot, step.truncated)
         put(final_obs_buf, slot, normalize_obs(step.final_obs, update=False))
 
-    def act(step: EnvStep, first_of_rollout: bool) -> torch.Tensor:
+    def store_and_act(step: EnvStep, first_of_rollout: bool) -> torch.Tensor:
         """Store the answer to the previous action (the rollout's last is stored by `finish_rollout`), then sample
         the action for the next obs and store the obs, action and log-probability at the step's slot."""
         if not first_of_rollout:
@@ -313,9 +313,10 @@ def main(args: Args) -> dict:
 
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
     link = EnvLink(n_envs, obs_dim, action_shape, actions.dtype, device, envs_on_device=False)
-    act, finish_rollout, update = path.compile(act), path.compile(finish_rollout), path.compile(update)
-    act_first = path.capture(lambda: link.send_action(act(link.receive(), first_of_rollout=True)))
-    act_next = path.capture(lambda: link.send_action(act(link.receive(), first_of_rollout=False)))
+    store_and_act, finish_rollout = path.compile(store_and_act), path.compile(finish_rollout)
+    update = path.compile(update)
+    act_first = path.capture(lambda: link.send_action(store_and_act(link.receive(), first_of_rollout=True)))
+    store_and_act_step = path.capture(lambda: link.send_action(store_and_act(link.receive(), first_of_rollout=False)))
     finish = path.capture(lambda: finish_rollout(link.receive()))
     update = path.capture(update)
 
@@ -345,7 +346,7 @@ def main(args: Args) -> dict:
             if args.anneal_lr:
                 lr.fill_(args.learning_rate * (1 - iteration / num_iterations))
             for step in range(num_steps):
-                (act_next if step else act_first)()  # on the device: store the last answer, choose the action
+                (store_and_act_step if step else act_first)()  # on the device: store the last answer, act
                 link.action_queued()
                 next_obs, reward, terminated, truncated, infos = envs.step(link.action())
                 global_step += n_envs

@@ -5,7 +5,7 @@ The envs are ale-py's C++ vector env: 84x84 grayscale frames, 4 stacked, 4 frame
 the last two), up to 30 no-op starts, FIRE on reset, an episode ended on every lost life (episodic life) while
 the game goes on, rewards clipped to their sign for learning (the game's own score is what gets logged), no
 sticky actions, games cut at 108,000 frames. Each step the stacked uint8 frames go to the device from pinned
-memory and are scaled there; `act` (store the envs' answer, run the Nature CNN policy, send the action back)
+memory and are scaled there; `store_and_act` (store the envs' answer, run the Nature CNN policy, send the action back)
 is one captured call, as are `finish_rollout` (values, GAE, the epochs' minibatch order) and each minibatch
 `update`. The games are two groups that take turns: while one group's games step in C++ threads, the policy
 acts on the GPU for the other, so the policy's time hides behind the games' during a rollout.
@@ -231,7 +231,7 @@ def main(args: Args) -> dict:
     agent = Agent(n_actions).to(device)
     lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it
     optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
-                                 capturable=device.type == "cuda" and not args.compile)
+                                 capturable=path.capturable_with_lr_tensor)
     obs_buf = torch.zeros(num_steps, n_envs, *FRAMES, dtype=torch.uint8, device=device)
     actions = torch.zeros(num_steps, n_envs, dtype=torch.long, device=device)
     logprobs, values, rewards = (torch.zeros(num_steps, n_envs, device=device) for _ in range(3))
@@ -256,7 +256,7 @@ def main(args: Args) -> dict:
         put(rewards[:, columns], slot, reward.sign())
         put(ended[:, columns], slot, episode_ended)
 
-    def act(frames, reward, episode_ended, group: int, first_of_rollout: bool) -> torch.Tensor:
+    def store_and_act(frames, reward, episode_ended, group: int, first_of_rollout: bool) -> torch.Tensor:
         """Store the group's answer to its previous action (the rollout's last is stored by `finish_rollout`),
         then choose the action for `frames` and store the frames, action and log-probability at its slot."""
         slot, columns = step_index[group], slice(group * group_size, (group + 1) * group_size)
@@ -322,9 +322,11 @@ def main(args: Args) -> dict:
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls. The
     # copies between host and device stay outside the compiled functions, inside the captured ones: compiled,
     # a copy from pinned memory would go through an unpinned buffer, which a CUDA graph cannot capture.
-    act, finish_rollout, update = path.compile(act), path.compile(finish_rollout), path.compile(update)
-    act_steps = [[path.capture(lambda g=group, first=first: links[g].send_action(act(*links[g].receive(), g, first)))
-                  for first in (True, False)] for group in (0, 1)]  # [group][first step of the rollout or not]
+    store_and_act, finish_rollout = path.compile(store_and_act), path.compile(finish_rollout)
+    update = path.compile(update)
+    store_and_act_steps = [[path.capture(lambda g=group, first=first: links[g].send_action(
+        store_and_act(*links[g].receive(), g, first))) for first in (True, False)]
+        for group in (0, 1)]  # [group][first step of the rollout or not]
     finish = path.capture(lambda: finish_rollout([link.receive() for link in links]))
     update = path.capture(update)
 
@@ -364,7 +366,7 @@ def main(args: Args) -> dict:
                 lr.fill_(args.learning_rate * (1 - iteration / num_iterations))
             for step in range(num_steps):
                 for group in (0, 1):  # the policy acts for one group while the other group's games step
-                    act_steps[group][step > 0]()  # on the device: store the last answer, choose the action
+                    store_and_act_steps[group][step > 0]()  # on the device: store the last answer, act
                     links[group].action_queued()
                     groups[group].send(links[group].action())  # its games step in C++ threads, from now
                     if step or group:  # the other group's games have stepped meanwhile

@@ -20,9 +20,10 @@ import torch.distributed as dist
 from torch import nn
 
 from turborl.checkpoints import Checkpoints, export_policy
-from turborl.cli import GracefulStop, RunArgs, check, check_ppo_args, check_run_args, cli, pick_device, seed_everything
-from turborl.envs import EnvStep, action_space, make_env, track_episodes
-from turborl.logger import RunLogger
+from turborl.cli import RunArgs, check, check_ppo_args, check_run_args, cli, pick_device, seed_everything
+from turborl.envs import action_space, make_env, track_episodes
+from turborl.link import EnvStep
+from turborl.logger import RunLogger, SilentLogger
 from turborl.numerics import RunningMeanStd, reverse_scan
 from turborl.paths import ExecutionPath
 
@@ -172,6 +173,7 @@ class DeterministicPolicy(nn.Module):
         return action if self.agent.discrete else torch.max(torch.min(action, self.high), self.low)
 
 
+# TRY NOT TO MODIFY: torchrun (data parallel over ranks: each rank its own envs, gradients averaged)
 def init_distributed(cuda: bool) -> tuple[int, int, torch.device | None]:
     """(rank, world size, this rank's device) under torchrun, after joining the process group; else (0, 1, None)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -233,7 +235,8 @@ def main(args: Args) -> dict:
     seed_everything(args.seed + rank)
     envs = make_env(args.env_id, args.num_envs, args.seed + rank, algo="PPO", backend=args.env_backend,
                     device=str(device), mask_velocity=args.mask_velocity)
-    logger = RunLogger(args, "ppo", args.total_timesteps, device, run_root=args.runs_dir) if rank == 0 else None
+    logger = RunLogger(args, "ppo_device_envs", args.total_timesteps, device, run_root=args.runs_dir) if rank == 0 \
+        else SilentLogger()  # torchrun: rank 0 logs and saves for all
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, envs.single_observation_space.shape[0]
     batch_size = n_envs * num_steps
     minibatch_size = batch_size // args.num_minibatches
@@ -246,9 +249,8 @@ def main(args: Args) -> dict:
     for param in agent.parameters() if world > 1 else []:  # every rank starts from rank 0's parameters
         dist.broadcast(param.data, 0)
     lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it
-    # capturable: Adam reads the learning rate tensor on the device (compiled, the compiled step does)
     optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
-                                 capturable=device.type == "cuda" and not args.compile)
+                                 capturable=path.capturable_with_lr_tensor)
     obs = torch.zeros(n_envs, obs_dim, device=device)  # what the next action is chosen on
     obs_buf = torch.zeros(num_steps, n_envs, obs_dim, device=device)
     actions = torch.zeros(num_steps, n_envs, *action_shape, dtype=torch.long if discrete else torch.float32,
@@ -376,7 +378,7 @@ def main(args: Args) -> dict:
 
     # TRY NOT TO MODIFY: checkpoints and resume
     checkpoints = Checkpoints(
-        args, logger.dir if logger else "", "ppo",
+        args, logger.dir or "", "ppo_device_envs",
         modules={"agent": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": return_rms,
                  "episodes": episodes},
         tensors={"obs": obs, "discounted_return": discounted_return, "noise": noise})
@@ -395,7 +397,6 @@ def main(args: Args) -> dict:
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "recent_returns": list(recent_returns)}
 
-    stop = logger.stop if logger else GracefulStop()  # torchrun passes Ctrl-C to every rank
     num_iterations = args.total_timesteps // (batch_size * world)  # the budget counts every rank's steps
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
     next_iteration, completed, stopping = start_iteration, False, False
@@ -409,41 +410,38 @@ def main(args: Args) -> dict:
             recent_returns.extend(episodic_return for episodic_return, _ in finished)
             global_step += batch_size * world
             next_iteration = iteration + 1
-            if logger:
-                logger.log_episodes(global_step, finished)
-                logger.progress(global_step)
-                if iteration % log_interval == 0:
-                    logger.log(global_step, learning_rate=lr.item(), **dict(zip(metric_names, metrics.tolist(),
-                               strict=True)))
+            logger.log_episodes(global_step, finished)
+            logger.progress(global_step)
+            if iteration % log_interval == 0:
+                logger.log(global_step, learning_rate=lr.item(), **dict(zip(metric_names, metrics.tolist(),
+                                                                            strict=True)))
             # Every rank's newest episodes, and whether any rank stops (Ctrl-C, a non-finite loss): the same
             # answers on every rank, so all of them stop at the same iteration.
             returns_sum, returns_count, stopping = sum_over_ranks(
-                [sum(recent_returns), len(recent_returns), stop.requested], world, device)
+                [sum(recent_returns), len(recent_returns), logger.stop.requested], world, device)
             mean_return = returns_sum / returns_count if returns_count else float("nan")
-            if world > 1 and logger and iteration % log_interval == 0:
+            if world > 1 and iteration % log_interval == 0:
                 logger.log(global_step, mean_return_all_ranks=mean_return)
             if (args.stop_at_return is not None and len(recent_returns) == recent_returns.maxlen
                     and mean_return >= args.stop_at_return):
-                if logger:
-                    logger.log(global_step, solved_seconds=logger.elapsed())
+                logger.log(global_step, solved_seconds=logger.elapsed())
                 break
-            if logger and checkpoints.due(global_step, batch_size * world):
+            if rank == 0 and checkpoints.due(global_step, batch_size * world):
                 checkpoints.save_periodic(envs, None, counters())
             if stopping:  # Ctrl-C or a non-finite loss on any rank: every rank stops here
                 break
-        if logger and not stopping:  # a stopped run's stay in its checkpoint, for the resumed run to log
+        if not stopping:  # a stopped run's stay in its checkpoint, for the resumed run to log
             logger.log_episodes(global_step, episodes.read())  # the last iteration's
-        if args.save_model and logger:
-            checkpoints.save("ppo.pt", envs, None, counters())
+        if args.save_model and rank == 0:
+            checkpoints.save("ppo_device_envs.pt", envs, None, counters())
             policy = DeterministicPolicy(agent, obs_rms if args.normalize else None,
                                          *((None, None) if discrete else (space.low, space.high)))
-            export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo.pt2"))
+            export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo_device_envs.pt2"))
         completed = True
     finally:
-        stop.restore()
         envs.close()
         extra = {"rank_param_max_diff": leave_distributed(params)} if completed and world > 1 else {}
-        summary = logger.close(checkpoint=checkpoints.last, **extra) if logger else {"run_dir": None, **extra}
+        summary = logger.close(checkpoint=checkpoints.last, **extra)
     return summary
 
 

@@ -21,7 +21,8 @@ from torch import nn
 
 from turborl.checkpoints import Checkpoints, export_policy
 from turborl.cli import RunArgs, check, check_ppo_args, check_run_args, cli, pick_device, seed_everything
-from turborl.envs import EnvLink, EnvStep, action_space, final_observations, make_env, track_episodes
+from turborl.envs import action_space, final_observations, make_env, track_episodes
+from turborl.link import EnvLink, EnvStep
 from turborl.logger import RunLogger
 from turborl.numerics import RunningMeanStd, reverse_scan
 from turborl.paths import ExecutionPath
@@ -222,9 +223,8 @@ def main(args: Args) -> dict:
     # ALGO LOGIC: the agent, its optimizer, the recurrent state, the rollout storage and normalization statistics
     agent = Agent(obs_dim, n_out, discrete, args.lstm_size).to(device)
     lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it
-    # capturable: Adam reads the learning rate tensor on the device (compiled, the compiled step does)
     optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
-                                 capturable=device.type == "cuda" and not args.compile)
+                                 capturable=path.capturable_with_lr_tensor)
     obs = torch.zeros(n_envs, obs_dim, device=device)  # what the next action is chosen on
     first = torch.ones(n_envs, device=device)  # obs is the first of its episode: the LSTM starts from zeros
     # Both LSTMs' states (the actor's, the critic's) before acting on obs
@@ -280,7 +280,7 @@ def main(args: Args) -> dict:
         obs.copy_(step.next_obs)
         first.copy_(episode_ended)
 
-    def act(step: EnvStep, first_of_rollout: bool) -> torch.Tensor:
+    def store_and_act(step: EnvStep, first_of_rollout: bool) -> torch.Tensor:
         """On the device: store the envs' answer to the last action (the rollout's last is stored by
         `finish_rollout`); act on the next obs with the carried LSTM states, and store the obs, whether it starts
         an episode, the action, its log-probability and value at the step's slot."""
@@ -385,10 +385,10 @@ def main(args: Args) -> dict:
 
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
     link = EnvLink(n_envs, obs_dim, action_shape, actions.dtype, device, envs_on_device=False)
-    act, finish_rollout = path.compile(act), path.compile(finish_rollout)
+    store_and_act, finish_rollout = path.compile(store_and_act), path.compile(finish_rollout)
     update, lstm_step = path.compile(update), path.compile(lstm_step)
-    act_first = path.capture(lambda: link.send_action(act(link.receive(), first_of_rollout=True)))
-    act_next = path.capture(lambda: link.send_action(act(link.receive(), first_of_rollout=False)))
+    act_first = path.capture(lambda: link.send_action(store_and_act(link.receive(), first_of_rollout=True)))
+    store_and_act_step = path.capture(lambda: link.send_action(store_and_act(link.receive(), first_of_rollout=False)))
     learn_from_rollout = path.capture(lambda: learn(link.receive()))
 
     # TRY NOT TO MODIFY: checkpoints and resume
@@ -421,7 +421,7 @@ def main(args: Args) -> dict:
                 lr.fill_(args.learning_rate * (1 - iteration / num_iterations))
             start_rollout()
             for step in range(num_steps):
-                (act_next if step else act_first)()  # on the device: store the last answer, choose the action
+                (store_and_act_step if step else act_first)()  # on the device: store the last answer, act
                 link.action_queued()
                 next_obs, reward, terminated, truncated, infos = envs.step(link.action())
                 global_step += n_envs

@@ -226,9 +226,8 @@ def main(args: Args) -> dict:
     # ALGO LOGIC: the agent, its optimizer, the recurrent state, the rollout storage and normalization statistics
     agent = Agent(obs_dim, n_out, discrete, args.lstm_size).to(device)
     lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it
-    # capturable: Adam reads the learning rate tensor on the device (compiled, the compiled step does)
     optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
-                                 capturable=device.type == "cuda" and not args.compile)
+                                 capturable=path.capturable_with_lr_tensor)
     obs = torch.zeros(n_envs, obs_dim, device=device)  # what the next action is chosen on
     first = torch.ones(n_envs, device=device)  # obs is the first of its episode: the LSTM starts from zeros
     # Both LSTMs' states (the actor's, the critic's) before acting on obs

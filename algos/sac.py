@@ -1,8 +1,8 @@
 """SAC (CleanRL's sac_continuous_action.py, same defaults) in four execution paths: eager, --compile,
 --cudagraphs, both.
 
-Per env step the device runs `act` (store the transition the envs just finished in a replay ring on the device,
-then sample the next action from the policy) and `update_critics` (sample a batch on the device, one step of the
+Per env step the device runs `store_and_act` (store the transition the envs just finished in a replay ring on the
+device, then sample the next action from the policy) and `update_critics` (sample a batch on the device, one step of the
 twin critics, then the targets); every `policy_frequency` steps follow `policy_frequency` pairs of `update_actor`
 and `update_alpha` (the entropy temperature, a device tensor) on the same batch. The updates are launched before
 the CPU steps the envs, so the two overlap; the loop waits for nothing but the action's copy to the host.
@@ -22,7 +22,8 @@ import torch.nn.functional as F
 
 from turborl.checkpoints import Checkpoints, export_policy
 from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
-from turborl.envs import EnvLink, EnvStep, final_observations, make_env, track_episodes
+from turborl.envs import final_observations, make_env, track_episodes
+from turborl.link import EnvLink, EnvStep
 from turborl.logger import RunLogger
 from turborl.paths import ExecutionPath
 
@@ -176,7 +177,8 @@ def main(args: Args) -> dict:
     rb_dones = torch.zeros(capacity, device=device)
     rb_ptr = torch.zeros((), dtype=torch.long, device=device)
     rb_size = torch.zeros((), dtype=torch.long, device=device)
-    env_steps = torch.zeros((), dtype=torch.long, device=device)
+    env_steps = torch.zeros((), dtype=torch.long, device=device)  # transitions stored (the host's global_step
+    # at the top of each iteration: the step in flight is stored by the next iteration's store_and_act)
     obs = torch.zeros(n_envs, obs_dim, device=device)  # what the last action was chosen on
     action = torch.zeros(n_envs, action_dim, device=device)
     env_index = torch.arange(n_envs, device=device)
@@ -185,18 +187,20 @@ def main(args: Args) -> dict:
     metrics = torch.zeros(len(metric_names), device=device)  # written by the updates, read when logging
     metrics[-1] = alpha.squeeze()
 
-    def act(step: EnvStep) -> torch.Tensor:
-        """Store (obs, action, reward, terminated, final obs) in the replay ring, then act on the next obs."""
-        stored = step.answered[0].long()  # 0 after a reset: no transition yet
-        slots = (rb_ptr + env_index) % capacity
-        rb_obs[slots] = obs
-        rb_actions[slots] = action
-        rb_rewards[slots] = step.reward
-        rb_dones[slots] = step.terminated  # truncation is not termination: bootstrap through time limits
-        rb_next_obs[slots] = step.final_obs
-        rb_ptr.copy_((rb_ptr + n_envs * stored) % capacity)
-        rb_size.copy_(torch.clamp(rb_size + n_envs * stored, max=capacity))
-        env_steps.add_(n_envs * stored)
+    def store_and_act(step: EnvStep, after_reset: bool) -> torch.Tensor:
+        """Write the transition the envs just finished into the replay ring (obs, the action taken on it, reward,
+        terminated, the obs reached), then choose the action on the next obs. `after_reset`: the envs' first
+        observation, no transition yet."""
+        if not after_reset:
+            slots = (rb_ptr + env_index) % capacity
+            rb_obs[slots] = obs
+            rb_actions[slots] = action
+            rb_rewards[slots] = step.reward
+            rb_dones[slots] = step.terminated  # truncation is not termination: bootstrap through time limits
+            rb_next_obs[slots] = step.final_obs  # the obs reached, before autoreset (CleanRL's real_next_obs)
+            rb_ptr.copy_((rb_ptr + n_envs) % capacity)
+            rb_size.copy_(torch.clamp(rb_size + n_envs, max=capacity))
+            env_steps.add_(n_envs)
 
         with torch.no_grad():
             policy_action = actor.get_action(step.next_obs)[0]
@@ -247,9 +251,10 @@ def main(args: Args) -> dict:
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
     link = EnvLink(n_envs, obs_dim, (action_dim,), torch.float32, device,
                    envs_on_device=args.env_backend != "gymnasium")
-    act, update_critics = path.compile(act), path.compile(update_critics)
+    store_and_act, update_critics = path.compile(store_and_act), path.compile(update_critics)
     update_actor, update_alpha = path.compile(update_actor), path.compile(update_alpha)
-    act_step = path.capture(lambda: link.send_action(act(link.receive())))
+    act_after_reset = lambda: link.send_action(store_and_act(link.receive(), after_reset=True))  # rare: not captured
+    store_and_act_step = path.capture(lambda: link.send_action(store_and_act(link.receive(), after_reset=False)))
     update_critics, update_actor, update_alpha = map(path.capture, (update_critics, update_actor, update_alpha))
 
     # TRY NOT TO MODIFY: episodes, checkpoints and resume
@@ -272,11 +277,14 @@ def main(args: Args) -> dict:
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "updates": updates}
 
+    # One iteration: the device stores the transition the envs finished and chooses the next action
+    # (store_and_act), then trains (update_critics, update_actor, update_alpha) while the host steps the envs
+    # with that action and stages their answer (link.send) for the next iteration's store_and_act.
     num_iterations = -(-args.total_timesteps // n_envs)
     next_iteration, actor_updated = start_iteration, updates >= args.policy_frequency
     try:
         for iteration in range(start_iteration, num_iterations):
-            act_step()  # on the device: store the last transition, choose the next action
+            (store_and_act_step if link.answered else act_after_reset)()  # on the device
             link.action_queued()
             if global_step > args.learning_starts:  # launched before the envs step: the GPU trains meanwhile
                 update_critics()
@@ -293,6 +301,8 @@ def main(args: Args) -> dict:
 
             next_obs, reward, terminated, truncated, infos = envs.step(link.action())
             global_step += n_envs
+            # gymnasium's same-step autoreset: where an episode ended, next_obs starts the next one and
+            # final_observations holds the last obs of the one that ended
             link.send(EnvStep(reward, terminated, truncated, final_observations(next_obs, infos), next_obs))
             logger.log_episodes(global_step, episodes.after_step(infos))
             logger.progress(global_step)

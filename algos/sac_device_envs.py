@@ -44,7 +44,7 @@ class Args(RunArgs):
     num_envs: int = 1024
     """parallel environments"""
     learning_rate: float = 3e-4
-    """AdamW learning rate of actor and critic, Adam learning rate of the temperature"""
+    """AdamW learning rate of actor and critics, Adam learning rate of the temperature"""
     weight_decay: float = 0.1
     """AdamW weight decay of actor and critic"""
     buffer_size: int = 1024 * 10_240
@@ -68,10 +68,11 @@ class Args(RunArgs):
     """tune alpha towards the target entropy -action_dim"""
     num_atoms: int = 101
     """values in the critic's return distribution"""
-    v_min: float = -100.0
-    """smallest of those values (below every discounted return of the task)"""
-    v_max: float = 500.0
-    """largest of those values (above every discounted return: Humanoid-v5 at gamma 0.97 stays under ~350)"""
+    v_min: float | None = None
+    """smallest value of the critic's return distribution (default: the env's in SUPPORTS); with --v-max it must
+    bracket the task's discounted returns"""
+    v_max: float | None = None
+    """largest value of the critic's return distribution (default: the env's in SUPPORTS)"""
     critic_hidden_dim: int = 1024
     """units of each critic's first hidden layer (then half, then a quarter)"""
     actor_hidden_dim: int = 512
@@ -82,7 +83,7 @@ class Args(RunArgs):
     """stop once the mean return of the last 100 episodes reaches this (time-to-solve benchmarks)"""
 
 
-class TwinCritic(nn.Module):
+class TwinSoftQNetwork(nn.Module):
     """The two critics of clipped double Q as one network: each layer holds both critics' weights stacked, and
     one batched matmul computes both. Output: 2 x batch x num_atoms logits of the return distribution."""
 
@@ -155,6 +156,13 @@ class MeanPolicy(nn.Module):
         return torch.tanh(mean) * self.actor.action_scale + self.actor.action_bias
 
 
+# The critic's support per env at --gamma 0.97: a return outside it is clipped to its edge, and the critic learns
+# nothing about it (Pendulum's rewards lie in [-16.3, 0], so its returns in [-543, 0]; MountainCarContinuous pays
+# at most -0.1 per step and 100 at the goal; the MuJoCo tasks' returns stay inside FastTD3's [-100, 500]).
+SUPPORTS = {"HalfCheetah-v5": (-100.0, 500.0), "Ant-v5": (-100.0, 500.0), "Humanoid-v5": (-100.0, 500.0),
+            "Pendulum-v1": (-600.0, 0.0), "MountainCarContinuous-v0": (-10.0, 110.0)}
+
+
 def check_args(args: Args) -> None:
     check(args.env_backend in ("torch", "mjwarp"),
           "SAC on gymnasium envs is algos/sac.py; here --env-backend is mjwarp or torch")
@@ -166,42 +174,46 @@ def check_args(args: Args) -> None:
     check(0 < args.tau <= 1, f"--tau must be in (0, 1] (got {args.tau})")
     check(args.learning_rate > 0 and args.weight_decay >= 0, "--learning-rate must be positive, --weight-decay >= 0")
     check(args.alpha > 0, f"--alpha must be positive (got {args.alpha})")
-    check(args.num_atoms >= 2 and args.v_min < args.v_max,
+    default_min, default_max = SUPPORTS.get(args.env_id, (None, None)) if args.gamma == 0.97 else (None, None)
+    args.v_min = default_min if args.v_min is None else args.v_min  # none: main refuses, once the env is checked
+    args.v_max = default_max if args.v_max is None else args.v_max
+    check(args.num_atoms >= 2 and (None in (args.v_min, args.v_max) or args.v_min < args.v_max),
           f"need --num-atoms >= 2 and --v-min < --v-max (got {args.num_atoms}, {args.v_min}, {args.v_max})")
     check(min(args.critic_hidden_dim, args.actor_hidden_dim) >= 4,
           "--critic-hidden-dim and --actor-hidden-dim must be >= 4 (the layers narrow to a quarter)")
 
 
 def main(args: Args) -> dict:
+    check_args(args)  # first: it fills the env's defaults, which a resumed run's flags are compared with
     check_run_args(args)
-    check_args(args)
     device = pick_device(args.cuda)
     path = ExecutionPath(args, device)
     seed_everything(args.seed)
     envs = make_env(args.env_id, args.num_envs, args.seed, action="continuous", algo="SAC",
                     backend=args.env_backend, device=str(device))
+    check(None not in (args.v_min, args.v_max), f"{args.env_id} at --gamma {args.gamma} has no default support of "
+          "returns: pass --v-min and --v-max that bracket its discounted returns (reward bounds / (1 - gamma))")
     n_envs, batch_size, num_updates = args.num_envs, args.batch_size, args.num_updates
     obs_dim, action_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
     capacity = args.buffer_size
-    check_fits(capacity * (2 * obs_dim + action_dim + 2) * 4, device, f"the replay memory (--buffer-size {capacity})",
-               "lower --buffer-size")
-    logger = RunLogger(args, "sac", args.total_timesteps, device, run_root=args.runs_dir)
+    check_fits(capacity, (2 * obs_dim + action_dim + 2) * 4, device, "the replay memory", "--buffer-size")
+    logger = RunLogger(args, "sac_device_envs", args.total_timesteps, device, run_root=args.runs_dir)
     low, high = envs.single_action_space.low, envs.single_action_space.high
     bf16 = args.bf16 and device.type == "cuda"
 
     # ALGO LOGIC: networks, optimizers, the temperature, normalization and the replay memory, all on the device
     actor = Actor(obs_dim, action_dim, args.actor_hidden_dim, low, high).to(device)
-    critic = TwinCritic(obs_dim, action_dim, args.critic_hidden_dim, args.num_atoms).to(device)
-    target_critic = copy.deepcopy(critic).requires_grad_(False)
-    critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay,
+    qf = TwinSoftQNetwork(obs_dim, action_dim, args.critic_hidden_dim, args.num_atoms).to(device)
+    qf_target = copy.deepcopy(qf).requires_grad_(False)
+    q_optimizer = torch.optim.AdamW(qf.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay,
                                          capturable=path.capturable)
     actor_optimizer = torch.optim.AdamW(actor.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay,
                                         capturable=path.capturable)
     target_entropy = -float(action_dim)
     log_alpha = torch.tensor([math.log(args.alpha)], device=device, requires_grad=args.autotune)
     alpha = log_alpha.detach().exp()  # read by the updates; rewritten in place when autotuned
-    alpha_optimizer = torch.optim.Adam([log_alpha], lr=args.learning_rate, capturable=path.capturable)
-    critic_params, target_params = list(critic.parameters()), list(target_critic.parameters())
+    a_optimizer = torch.optim.Adam([log_alpha], lr=args.learning_rate, capturable=path.capturable)
+    qf_params, target_params = list(qf.parameters()), list(qf_target.parameters())
     support = torch.linspace(args.v_min, args.v_max, args.num_atoms, device=device)  # the returns' possible values
     obs_rms = RunningMeanStd((obs_dim,), device)
     rb_obs = torch.zeros(capacity, obs_dim, device=device)
@@ -251,13 +263,13 @@ def main(args: Args) -> dict:
         obs.copy_(next_obs)
         episodes.record(infos)
 
-    def update_critic(u: torch.Tensor, next_eps: torch.Tensor) -> None:
+    def update_critics(u: torch.Tensor, next_eps: torch.Tensor) -> None:
         idx = (u * rb_size).long()
         observations, next_observations = normalize(rb_obs[idx]), normalize(rb_next_obs[idx])
         actions = rb_actions[idx]
         with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=bf16):
             next_actions, next_log_pi = actor.sample(next_observations, next_eps)
-            next_probs = target_critic(next_observations, next_actions).float().softmax(-1)
+            next_probs = qf_target(next_observations, next_actions).float().softmax(-1)
             next_values = (next_probs * support).sum(-1)
             # clipped double Q: each sample's target follows the critic that values the next state lower
             next_probs = torch.where((next_values[0] <= next_values[1]).unsqueeze(1), next_probs[0], next_probs[1])
@@ -265,13 +277,13 @@ def main(args: Args) -> dict:
             discount = args.gamma * (1 - rb_dones[idx])
             target = project(next_probs, rb_rewards[idx] - discount * alpha * next_log_pi.float(), discount, support)
         with torch.autocast(device.type, torch.bfloat16, enabled=bf16):
-            logits = critic(observations, actions).float()
+            logits = qf(observations, actions).float()
         qf_loss = -(target * logits.log_softmax(-1)).sum(-1).mean(-1).sum()  # both critics' cross-entropy
-        critic_optimizer.zero_grad()
+        q_optimizer.zero_grad()
         qf_loss.backward()
-        critic_optimizer.step()
+        q_optimizer.step()
         with torch.no_grad():  # target <- target + tau * (online - target), outside autograd
-            torch._foreach_lerp_(target_params, critic_params, args.tau)
+            torch._foreach_lerp_(target_params, qf_params, args.tau)
             batch_obs.copy_(observations)
             metrics[:2].copy_(torch.stack([qf_loss, (logits[0].softmax(-1) * support).sum(-1).mean()]))
 
@@ -280,16 +292,16 @@ def main(args: Args) -> dict:
         two losses share no parameter)."""
         with torch.autocast(device.type, torch.bfloat16, enabled=bf16):
             actions, log_pi = actor.sample(batch_obs, eps)
-            logits = critic(batch_obs, actions, detach_params=True).float()
+            logits = qf(batch_obs, actions, detach_params=True).float()
         values = (logits.softmax(-1) * support).sum(-1)
         actor_loss = (alpha * log_pi - values.min(0).values).mean()
         alpha_loss = (-log_alpha.exp() * (log_pi.detach() + target_entropy)).mean()
         actor_optimizer.zero_grad()
-        alpha_optimizer.zero_grad()
+        a_optimizer.zero_grad()
         (actor_loss + alpha_loss if args.autotune else actor_loss).backward()
         actor_optimizer.step()
         if args.autotune:
-            alpha_optimizer.step()
+            a_optimizer.step()
             alpha.copy_(log_alpha.detach().exp())
         metrics[2:].copy_(torch.stack([actor_loss.detach(), alpha_loss.detach(), alpha.squeeze()]))
 
@@ -303,21 +315,21 @@ def main(args: Args) -> dict:
         draw_noise()
         env_step()
         for i in range(num_updates):
-            update_critic(sample_u[i], next_action_noise[i])
+            update_critics(sample_u[i], next_action_noise[i])
             if i % args.policy_frequency == args.policy_frequency - 1:
                 update_actor(actor_noise[i])
 
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
-    env_step, update_critic, update_actor = path.compile(env_step), path.compile(update_critic), path.compile(
+    env_step, update_critics, update_actor = path.compile(env_step), path.compile(update_critics), path.compile(
         update_actor)
     collect, train_iteration = path.capture(collect), path.capture(train_iteration)
 
     # TRY NOT TO MODIFY: checkpoints and resume
     checkpoints = Checkpoints(
-        args, logger.dir, "sac",
-        modules={"actor": actor, "critic": critic, "target_critic": target_critic,
-                 "critic_optimizer": critic_optimizer, "actor_optimizer": actor_optimizer,
-                 "alpha_optimizer": alpha_optimizer, "obs_rms": obs_rms, "episodes": episodes},
+        args, logger.dir, "sac_device_envs",
+        modules={"actor": actor, "qf": qf, "qf_target": qf_target,
+                 "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer,
+                 "a_optimizer": a_optimizer, "obs_rms": obs_rms, "episodes": episodes},
         tensors={"rb_ptr": rb_ptr, "rb_size": rb_size, "obs": obs, "log_alpha": log_alpha, "alpha": alpha},
         replay={"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,
                 "rb_dones": rb_dones}, replay_size=rb_size)
@@ -363,8 +375,8 @@ def main(args: Args) -> dict:
         if not logger.stop.requested:  # a stopped run's stay in its checkpoint, for the resumed run to log
             logger.log_episodes(global_step, episodes.read())  # the last iteration's
         if args.save_model:
-            checkpoints.save("sac.pt", envs, None, counters())
-            export_policy(MeanPolicy(actor, obs_rms), obs_dim, os.path.join(logger.dir, "sac.pt2"))
+            checkpoints.save("sac_device_envs.pt", envs, None, counters())
+            export_policy(MeanPolicy(actor, obs_rms), obs_dim, os.path.join(logger.dir, "sac_device_envs.pt2"))
     finally:
         envs.close()
         summary = logger.close(checkpoint=checkpoints.last, updates=updates)

@@ -1,11 +1,11 @@
 """TD3 (CleanRL's td3_continuous_action.py, same defaults) in four execution paths: eager, --compile,
 --cudagraphs, both.
 
-Per env step the device runs `act` (store the transition the envs just finished in a replay ring on the device,
-then pick the next noisy action) and `update_critics` (sample a batch on the device, one step of the twin
-critics); every `policy_frequency` steps `update_actor` follows (one actor step on the same batch, then the
-target networks). The updates are launched before the CPU steps the envs, so the two overlap; the loop waits for
-nothing but the action's copy to the host.
+The algorithm is CleanRL's line for line; what differs is where each part runs. The replay memory lives on the
+device, and one transition travels like this: `envs.step` answers on the host; `link.send` stages the answer;
+the next iteration's `store_and_act` (one device call) writes the transition into the replay ring and picks the
+next action; the updates sample batches from the ring. The updates are launched before the host steps the
+envs, so the GPU trains while the CPU simulates; the loop waits for nothing but the action's copy to the host.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 from turborl.checkpoints import Checkpoints, export_policy
 from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
-from turborl.envs import EnvLink, EnvStep, final_observations, make_env, track_episodes
+from turborl.envs import final_observations, make_env, track_episodes
+from turborl.link import EnvLink, EnvStep
 from turborl.logger import RunLogger
 from turborl.paths import ExecutionPath
 
@@ -53,7 +54,7 @@ class Args(RunArgs):
     learning_starts: int = 25_000
     """env steps of uniform random actions before learning starts"""
     policy_frequency: int = 2
-    """env steps between actor (and target) updates"""
+    """critic updates (loop iterations) per actor and target update"""
     noise_clip: float = 0.5
     """clip of the target policy smoothing noise"""
 
@@ -143,7 +144,8 @@ def main(args: Args) -> dict:
     rb_dones = torch.zeros(capacity, device=device)
     rb_ptr = torch.zeros((), dtype=torch.long, device=device)
     rb_size = torch.zeros((), dtype=torch.long, device=device)
-    env_steps = torch.zeros((), dtype=torch.long, device=device)
+    env_steps = torch.zeros((), dtype=torch.long, device=device)  # transitions stored (the host's global_step
+    # at the top of each iteration: the step in flight is stored by the next iteration's store_and_act)
     obs = torch.zeros(n_envs, obs_dim, device=device)  # what the last action was chosen on
     action = torch.zeros(n_envs, action_dim, device=device)
     env_index = torch.arange(n_envs, device=device)
@@ -151,18 +153,20 @@ def main(args: Args) -> dict:
     metric_names = ["qf_loss", "qf1_values", "actor_loss"]
     metrics = torch.zeros(len(metric_names), device=device)  # written by the updates, read when logging
 
-    def act(step: EnvStep) -> torch.Tensor:
-        """Store (obs, action, reward, terminated, final obs) in the replay ring, then act on the next obs."""
-        stored = step.answered[0].long()  # 0 after a reset: no transition yet
-        slots = (rb_ptr + env_index) % capacity
-        rb_obs[slots] = obs
-        rb_actions[slots] = action
-        rb_rewards[slots] = step.reward
-        rb_dones[slots] = step.terminated  # truncation is not termination: bootstrap through time limits
-        rb_next_obs[slots] = step.final_obs
-        rb_ptr.copy_((rb_ptr + n_envs * stored) % capacity)
-        rb_size.copy_(torch.clamp(rb_size + n_envs * stored, max=capacity))
-        env_steps.add_(n_envs * stored)
+    def store_and_act(step: EnvStep, after_reset: bool) -> torch.Tensor:
+        """Write the transition the envs just finished into the replay ring (obs, the action taken on it, reward,
+        terminated, the obs reached), then choose the action on the next obs. `after_reset`: the envs' first
+        observation, no transition yet."""
+        if not after_reset:
+            slots = (rb_ptr + env_index) % capacity
+            rb_obs[slots] = obs
+            rb_actions[slots] = action
+            rb_rewards[slots] = step.reward
+            rb_dones[slots] = step.terminated  # truncation is not termination: bootstrap through time limits
+            rb_next_obs[slots] = step.final_obs  # the obs reached, before autoreset (CleanRL's real_next_obs)
+            rb_ptr.copy_((rb_ptr + n_envs) % capacity)
+            rb_size.copy_(torch.clamp(rb_size + n_envs, max=capacity))
+            env_steps.add_(n_envs)
 
         noise = torch.randn(n_envs, action_dim, device=device) * actor.action_scale * args.exploration_noise
         with torch.no_grad():
@@ -203,8 +207,10 @@ def main(args: Args) -> dict:
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
     link = EnvLink(n_envs, obs_dim, (action_dim,), torch.float32, device,
                    envs_on_device=args.env_backend != "gymnasium")
-    act, update_critics, update_actor = path.compile(act), path.compile(update_critics), path.compile(update_actor)
-    act_step = path.capture(lambda: link.send_action(act(link.receive())))
+    store_and_act = path.compile(store_and_act)
+    update_critics, update_actor = path.compile(update_critics), path.compile(update_actor)
+    act_after_reset = lambda: link.send_action(store_and_act(link.receive(), after_reset=True))  # rare: not captured
+    store_and_act_step = path.capture(lambda: link.send_action(store_and_act(link.receive(), after_reset=False)))
     update_critics, update_actor = path.capture(update_critics), path.capture(update_actor)
 
     # TRY NOT TO MODIFY: episodes, checkpoints and resume
@@ -226,13 +232,18 @@ def main(args: Args) -> dict:
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "updates": updates}
 
+    # One iteration: the device stores the transition the envs finished and chooses the next action
+    # (store_and_act), then trains (update_critics, update_actor) while the host steps the envs with that
+    # action and stages their answer (link.send) for the next iteration's store_and_act.
     num_iterations = -(-args.total_timesteps // n_envs)
     next_iteration, actor_updated = start_iteration, updates >= args.policy_frequency
     try:
         for iteration in range(start_iteration, num_iterations):
-            act_step()  # on the device: store the last transition, choose the next action
+            (store_and_act_step if link.answered else act_after_reset)()  # on the device
             link.action_queued()
-            if global_step > args.learning_starts:  # launched before the envs step: the GPU trains meanwhile
+            # Launched before the envs step, so the GPU trains meanwhile; they sample the transitions stored up to
+            # the previous env step (CleanRL's, stored first, include this one).
+            if global_step > args.learning_starts:
                 update_critics()
                 if iteration % args.policy_frequency == 0:
                     update_actor()
@@ -244,6 +255,8 @@ def main(args: Args) -> dict:
 
             next_obs, reward, terminated, truncated, infos = envs.step(link.action())
             global_step += n_envs
+            # gymnasium's same-step autoreset: where an episode ended, next_obs starts the next one and
+            # final_observations holds the last obs of the one that ended
             link.send(EnvStep(reward, terminated, truncated, final_observations(next_obs, infos), next_obs))
             logger.log_episodes(global_step, episodes.after_step(infos))
             logger.progress(global_step)

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import torch
 
-from .cli import UserError, check
+from .errors import UserError, check
 
 
 class Checkpoints:
@@ -67,15 +67,19 @@ class Checkpoints:
             "resume": {"counters": counters, "link": link.state_dict() if link else None, "rng": rng_state(),
                        "envs": env_state(envs),
                        "tensors": {key: tensor.detach().cpu() for key, tensor in self.tensors.items()}}}
+        failure = None
         try:  # to a temporary name, then renamed: a checkpoint is whole or absent
-            torch.save(state, path + ".tmp")
+            with open(path + ".tmp", "wb") as f:  # closed here even when the write fails
+                torch.save(state, f)
             os.replace(path + ".tmp", path)
         except (OSError, RuntimeError) as err:  # torch's writer raises RuntimeError on a full disk
-            if os.path.exists(path + ".tmp"):
+            failure = write_failure(err)
+        if failure is not None:  # raised out here: the failed write's frames (which hold its file) are released,
+            if os.path.exists(path + ".tmp"):  # so removing the partial file frees its space for summary.json
                 os.remove(path + ".tmp")
             earlier = f"; the last whole one is {self.last}" if self.last else ""
-            raise UserError(f"cannot write the checkpoint {path} ({write_failure(err)}); free space or pick "
-                            f"another --runs-dir{earlier}") from None
+            raise UserError(f"cannot write the checkpoint {path} ({failure}); free space or pick another "
+                            f"--runs-dir{earlier}")
         self.last = path
         return path
 
@@ -95,7 +99,7 @@ class Checkpoints:
 # Flags that change how a run executes or reports, not what it computes: free to differ on --resume.
 FREE_ON_RESUME = {"cuda", "compile", "cudagraphs", "max_autotune", "inductor", "log_every", "save_model",
                   "checkpoint_every", "resume", "runs_dir", "track", "wandb_project", "wandb_entity",
-                  "capture_video", "async_envs"}
+                  "capture_video", "async_envs", "threads"}
 
 
 def script_of(args) -> str:
@@ -162,14 +166,16 @@ def export_policy(policy: torch.nn.Module, obs_shape: int | tuple[int, ...], pat
     with torch.no_grad():
         program = torch.export.export(module, inputs, dynamic_shapes=tuple({0: batch} for _ in inputs))
     partial = os.path.splitext(path)[0] + ".partial.pt2"  # torch.export warns on a name not ending in .pt2
+    failure = None
     try:
         torch.export.save(program, partial)
         os.replace(partial, path)
     except (OSError, RuntimeError) as err:
+        failure = write_failure(err)
+    if failure is not None:  # out here, as in Checkpoints.save: the failed write's file is closed before removal
         if os.path.exists(partial):
             os.remove(partial)
-        raise UserError(f"cannot write the policy {path} ({write_failure(err)}); free space or pick another "
-                        "--runs-dir") from None
+        raise UserError(f"cannot write the policy {path} ({failure}); free space or pick another --runs-dir")
     return path
 
 

@@ -13,6 +13,10 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from .checkpoints import load_checkpoint
+from .errors import UserError, check
+from .paths import inductor_options
+
 T = TypeVar("T")
 
 
@@ -55,17 +59,9 @@ class RunArgs:
     """continue the run saved in this checkpoint (written with --save-model), same flags"""
     env_backend: str = "gymnasium"
     """gymnasium (CPU simulators) or torch (classic control on the device: common/torch_envs.py)"""
-
-
-class UserError(Exception):
-    """A mistake in the user's input, or a runs folder that cannot be written (read-only, full): reported as one
-    line, exit code 2, no traceback."""
-
-
-def check(condition: bool, message: str) -> None:
-    """Raise a UserError with `message` (which names the bad value and the fix) unless `condition`."""
-    if not condition:
-        raise UserError(message)
+    threads: int = 1
+    """CPU threads of torch's kernels: networks this small gain little from more, and a run whose threads share
+    cores with another process slows tenfold; raise it for big batches on an otherwise idle CPU"""
 
 
 class GracefulStop:
@@ -112,6 +108,9 @@ def cli(main: Callable[[T], dict | None], args_type: type[T], argv: list[str] | 
 
     args = tyro.cli(args_type, args=argv, description=(sys.modules[main.__module__].__doc__ or "").strip())
     try:
+        threads = getattr(args, "threads", 1)  # scripts/evaluate.py's Args have no --threads
+        check(threads >= 1, f"--threads must be >= 1 (got {threads})")
+        torch.set_num_threads(threads)
         summary = main(args) or {}
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -126,9 +125,6 @@ def cli(main: Callable[[T], dict | None], args_type: type[T], argv: list[str] | 
 
 def check_run_args(args: RunArgs) -> None:
     """The checks of every flag that more than one script has; each script checks its own hyperparameters."""
-    from .checkpoints import load_checkpoint
-    from .paths import inductor_options
-
     for name in ("total_timesteps", "num_envs"):
         value = getattr(args, name, None)
         check(value is None or value > 0, f"--{name.replace('_', '-')} must be positive (got {value})")
@@ -169,12 +165,16 @@ def check_ppo_args(args, whole_sequences: bool = False) -> None:
     check(args.ent_coef >= 0 and args.vf_coef >= 0, "--ent-coef and --vf-coef must be >= 0")
     check(args.total_timesteps >= batch,
           f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
+    if args.total_timesteps % batch:  # CleanRL's rounding: whole rollouts only
+        print(f"note: --total-timesteps {args.total_timesteps} runs as {args.total_timesteps // batch * batch} steps, "
+              f"whole rollouts of num-envs x num-steps = {batch}", file=sys.stderr)
 
 
-def check_fits(nbytes: int, device: torch.device, what: str, fix: str) -> None:
-    """One line instead of an out-of-memory crash when `nbytes`, which a run allocates at its start (a replay
-    memory), exceed the memory available on `device` now. On a CPU the allocation itself would succeed (pages are
-    committed as they are first written) and the run would be killed hours later, as the buffer fills."""
+def check_fits(items: int, bytes_per_item: int, device: torch.device, what: str, flag: str) -> None:
+    """One line instead of an out-of-memory crash when `items` of `bytes_per_item`, which a run allocates at its
+    start (a replay memory), exceed the memory available on `device` now; it names a value of `flag` (the flag
+    that sets `items`) that fits. On a CPU the allocation itself would succeed (pages are committed as they are
+    first written) and the run would be killed hours later, as the buffer fills."""
     if device.type == "cuda":
         available = torch.cuda.mem_get_info(device)[0]
     else:
@@ -183,8 +183,10 @@ def check_fits(nbytes: int, device: torch.device, what: str, fix: str) -> None:
                 available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
         except (OSError, StopIteration, ValueError):
             return
-    check(nbytes <= available, f"{what} needs {nbytes / 2**30:.1f} GiB but the {device.type} device has "
-                               f"{available / 2**30:.1f} GiB available; {fix}")
+    nbytes = items * bytes_per_item
+    check(nbytes <= available, f"{what} ({flag} {items}) needs {nbytes / 2**30:.1f} GiB but the {device.type} "
+                               f"device has {available / 2**30:.1f} GiB available; lower {flag} to "
+                               f"{int(0.9 * available) // bytes_per_item} or less")
 
 
 def pick_device(cuda: bool) -> torch.device:

@@ -1,16 +1,17 @@
-"""Environments: building them, carrying each step's results to the device by name, and the episodes that end."""
+"""Environments: building them, the observation each step reached, and the episodes that end. (Carrying a step
+to the device and the action back: common/link.py.)"""
 
 from __future__ import annotations
 
 import signal
 import threading
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from .cli import UserError
+from .errors import UserError
 
 ActionKind = Literal["discrete", "continuous", "any"]
 
@@ -262,90 +263,3 @@ class EpisodeRing:
         self.count.copy_(state["count"])
         self.seen = state["seen"]
         self.copy()
-
-
-class EnvStep(NamedTuple):
-    """What the envs answered to one action, per env."""
-
-    reward: torch.Tensor
-    terminated: torch.Tensor
-    truncated: torch.Tensor
-    final_obs: torch.Tensor
-    """the observation the step reached (where an episode just ended, its last one)"""
-    next_obs: torch.Tensor
-    """the observation to act on next (where an episode just ended, the next episode's first)"""
-    answered: torch.Tensor | float = 1.0
-    """1 where this answers an action; 0 after a reset, where there is only `next_obs` and nothing to store"""
-
-
-class EnvLink:
-    """Carries each env step between the simulator and the device without stalling the GPU.
-
-    The host writes the envs' answer with `send(EnvStep(...))` into named views of one pinned buffer. Inside a
-    hot function, `receive()` copies that buffer to the device in one copy and returns the answer as an EnvStep
-    of device tensors, and `send_action(action)` starts the action's copy back into pinned memory. Captured, both
-    copies are part of the step's graph. After that call, `action_queued()` records an event and `action()`
-    waits on it alone (never a full synchronize), so GPU work launched in between (an update) keeps running
-    while the CPU steps the envs. Envs on the device (`--env-backend torch`): the same calls, and nothing
-    crosses to the host.
-    """
-
-    def __init__(self, n_envs: int, obs_dim: int, action_shape: tuple, action_dtype: torch.dtype,
-                 device: torch.device, envs_on_device: bool):
-        widths = {"reward": 1, "terminated": 1, "truncated": 1, "final_obs": obs_dim, "next_obs": obs_dim,
-                  "answered": 1}
-        copying = device.type == "cuda" and not envs_on_device
-        staged = torch.zeros(n_envs, sum(widths.values()), device=None if copying else device, pin_memory=copying)
-        self.staged, self.on_device = staged, torch.zeros_like(staged, device=device) if copying else staged
-        self.sent = EnvStep(*self._fields(staged.numpy() if copying or not envs_on_device else staged, widths))
-        self.received = EnvStep(*self._fields(self.on_device, widths))
-        self.action_out = torch.zeros((n_envs, *action_shape), dtype=action_dtype, pin_memory=copying,
-                                      device=None if copying or not envs_on_device else device)
-        self.action_np = self.action_out if envs_on_device else self.action_out.numpy()
-        self.event = torch.cuda.Event() if copying else None
-
-    @staticmethod
-    def _fields(buffer, widths: dict) -> list:
-        """Named column views of `buffer` (the single-column fields as vectors)."""
-        fields, start = [], 0
-        for width in widths.values():
-            view = buffer[:, start : start + width]
-            fields.append(view[:, 0] if width == 1 else view)
-            start += width
-        return fields
-
-    def reset(self, obs) -> None:
-        """The first observation: no answer to an action yet."""
-        self.staged.zero_()
-        self.sent.next_obs[:] = obs
-
-    def send(self, step: EnvStep) -> None:
-        for field, value in zip(self.sent, step, strict=True):
-            field[:] = value
-
-    def receive(self) -> EnvStep:
-        """The envs' last answer on the device (call inside the hot function)."""
-        if self.on_device is not self.staged:
-            self.on_device.copy_(self.staged, non_blocking=True)
-        return self.received
-
-    def send_action(self, action: torch.Tensor) -> None:
-        """Start the action's copy to the host (call inside the hot function)."""
-        self.action_out.copy_(action, non_blocking=True)
-
-    def action_queued(self) -> None:
-        """Mark the action sent by the call just made: `action()` returns once it has arrived."""
-        if self.event is not None:
-            self.event.record()
-
-    def action(self):
-        if self.event is not None:
-            self.event.synchronize()
-        return self.action_np
-
-    def state_dict(self) -> dict:
-        """The envs' last answer, not yet received (for checkpoints)."""
-        return {"staged": self.staged.cpu().clone()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.staged.copy_(state["staged"])

@@ -15,7 +15,35 @@ from collections import deque
 
 import torch
 
-from .cli import GracefulStop, UserError
+from .cli import GracefulStop
+from .errors import UserError
+
+
+class SilentLogger:
+    """What a torchrun rank other than 0 logs: nothing. RunLogger's calls; it still catches Ctrl-C (torchrun passes
+    it to every rank), so each rank's loop stops where an iteration ends."""
+
+    dir = None
+
+    def __init__(self):
+        self.stop = GracefulStop()
+        self._start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._start
+
+    def log(self, step: int, **metrics: float) -> None:
+        pass
+
+    def log_episodes(self, step: int, finished: list[tuple[float, int]]) -> None:
+        pass
+
+    def progress(self, step: int) -> None:
+        pass
+
+    def close(self, checkpoint: str | None = None, **extra) -> dict:
+        self.stop.restore()
+        return {"run_dir": None, **extra}
 
 
 class RunLogger:
@@ -56,7 +84,6 @@ class RunLogger:
         self.episodes = 0
         self.window_steps = max(total_steps // 50, 1000)
         self._window_start: tuple[int, float] | None = None  # (step, time) of the first `progress` on
-        self._window_sps = float("nan")
         self._step = 0
         self._first_progress = (0, self.start)
         self._progress_time = self.start  # of the last `progress`
@@ -130,28 +157,29 @@ class RunLogger:
         advanced, self._step = step - self._step, step
         now = self._progress_time = time.perf_counter()
         if self._window_start is None:
-            self._window_start = self._first_progress = (step, now)
+            self._window_start = self._first_progress = self._shown = (step, now)
         if step - self._window_start[0] >= self.window_steps:
-            self._window_sps = (step - self._window_start[0]) / (now - self._window_start[1])
-            self.log(step, sps=self._window_sps)
+            self.log(step, sps=(step - self._window_start[0]) / (now - self._window_start[1]))
             self._window_start = (step, now)
         if self._bar is not None:
             self._bar.update(advanced)
             if now - self._last_print > 0.5:
-                self._bar.set_postfix(sps=f"{self._display_sps(now):.0f}", ret=f"{self.mean_return():.1f}")
+                self._bar.set_postfix(sps=f"{self._recent_sps(step, now):.0f}", ret=f"{self.mean_return():.1f}")
                 self._last_print = now
         elif now - self._last_print > self._print_every:
             self._last_print = now
             print(
-                f"step {step}/{self.total_steps}  sps {self._display_sps(now):.0f}  "
+                f"step {step}/{self.total_steps}  sps {self._recent_sps(step, now):.0f}  "
                 f"return(last {len(self.returns)}) {self.mean_return():.1f}",
                 file=sys.stderr,
                 flush=True,
             )
 
-    def _display_sps(self, now: float) -> float:
-        """The last window's speed, once there is one."""
-        return self._window_sps if self._window_sps == self._window_sps else self._step / max(now - self.start, 1e-9)
+    def _recent_sps(self, step: int, now: float) -> float:
+        """Steps/s since the display last showed it: the rate now, not an average over a window that began
+        before compiling or before learning started."""
+        (shown_step, shown_time), self._shown = self._shown, (step, now)
+        return (step - shown_step) / max(now - shown_time, 1e-9)
 
     def peak_gpu_memory_mb(self) -> float | None:
         """MiB the run held on its GPU at most: the caching allocator's reserve, captured graphs' memory pools

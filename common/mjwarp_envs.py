@@ -27,7 +27,7 @@ import gymnasium as gym
 import mujoco
 import torch
 
-from .cli import UserError
+from .errors import UserError
 from .torch_envs import TorchVectorEnv
 
 

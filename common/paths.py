@@ -27,7 +27,7 @@ from typing import TypeVar
 
 import torch
 
-from .cli import check
+from .errors import check
 
 F = TypeVar("F", bound=Callable)
 
@@ -48,6 +48,12 @@ class ExecutionPath:
         self.compiling = args.compile
         self.capturing = args.cudagraphs and device.type == "cuda"
         self.capturable = self.capturing and not self.compiling
+        # Calls before the capture run the function as is; after torch.compile those still compile (and may
+        # recompile once), so capture later. The capture is the call after these.
+        self.warmup = 3 if self.compiling else 2
+        # Adam given its learning rate as a device tensor (annealed in place: PPO) needs capturable=True on CUDA in
+        # the paths that do not compile (compiled, the compiled step reads the tensor).
+        self.capturable_with_lr_tensor = device.type == "cuda" and not self.compiling
         # Keep eager's random kernels: every path draws the same numbers from the same seed.
         self.compile_options = {"fallback_random": True, **inductor_options(args)}
 
@@ -79,9 +85,7 @@ class ExecutionPath:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            # Calls before the capture run the function as is; after torch.compile those still compile (and
-            # may recompile once), so capture later.
-            return CudaGraphModule(fn, warmup=3 if self.compiling else 2, device=self.device)
+            return CudaGraphModule(fn, warmup=self.warmup, device=self.device)
 
 
 def inductor_options(args) -> dict[str, object]:

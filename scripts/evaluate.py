@@ -89,8 +89,13 @@ def policy_path(path: str) -> str:
     """The exported policy that `path` names: itself, the `.pt2` beside a checkpoint, or the one in a folder."""
     if os.path.isdir(path):
         found = sorted(name for name in os.listdir(path) if name.endswith(".pt2"))
-        check(len(found) == 1, f"{path} holds {len(found)} exported policies ({', '.join(found) or 'none'}): "
-                               "pass the .pt2 to evaluate" + ("" if found else ", or train with --save-model"))
+        if not found:
+            parts = os.path.basename(os.path.normpath(path)).split("__")  # {env}__{script}__{seed}__{time}
+            again = (f"python algos/{parts[1]}.py --env-id {parts[0]} --seed {parts[2]} --save-model (and the run's "
+                     "other flags, in its args.json)" if len(parts) == 4 else "the run again with --save-model")
+            raise UserError(f"{path} holds 0 exported policies: the run was not saved; train with {again}")
+        check(len(found) == 1, f"{path} holds {len(found)} exported policies ({', '.join(found)}): pass the .pt2 "
+                               "to evaluate")
         return os.path.join(path, found[0])
     path = path[:-3] + ".pt2" if path.endswith(".pt") else path
     check(os.path.exists(path), f"no exported policy at {path}: train with --save-model, which writes it")

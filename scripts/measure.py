@@ -32,8 +32,6 @@ from turborl.cli import UserError  # noqa: E402
 from turborl.logger import RunLogger  # noqa: E402
 from turborl.paths import ExecutionPath  # noqa: E402
 
-STARTUP_CALLS = 4  # tensordict's CudaGraphModule captures on the call after its warmup (3 after compile)
-
 
 @dataclass
 class Args:
@@ -49,15 +47,16 @@ class Watch:
     def __init__(self):
         self.startup_seconds, self.watched, self.calls = 0.0, [], []
         self.marks: list[tuple[int, float]] = []  # (step, time) of each progress after the steady state began
-        self.path = None
+        self.path, self.window_steps = None, None
 
     def capture(self, path: ExecutionPath, fn):
         captured, counted = Watch.original_capture(path, fn), [0]
         self.path = path
         sync = torch.cuda.synchronize if path.device.type == "cuda" else (lambda: None)
+        startup_calls = path.warmup + 1  # the warmup calls and the capture
 
         def run(*args):
-            if counted[0] >= STARTUP_CALLS:
+            if counted[0] >= startup_calls:
                 if self.marks:
                     self.calls.append((captured, args))
                 return captured(*args)
@@ -73,7 +72,8 @@ class Watch:
 
     def progress(self, logger: RunLogger, step: int) -> None:
         Watch.original_progress(logger, step)
-        if self.marks or all(counted[0] >= STARTUP_CALLS for counted in self.watched):
+        self.window_steps = logger.window_steps  # the run's own windows
+        if self.marks or all(counted[0] > self.path.warmup for counted in self.watched):
             self.marks.append((step, time.perf_counter()))
 
     def floor_us(self) -> float | None:
@@ -114,13 +114,13 @@ def measure(args: Args, script_argv: list[str]) -> dict:
     RunLogger.progress = lambda logger, step: watch.progress(logger, step)
     try:
         script_args = tyro.cli(script.Args, args=script_argv)
+        torch.set_num_threads(script_args.threads)  # as common/cli.py's entry point does
         summary = script.main(script_args)
     except UserError as err:
         raise SystemExit(f"error: {err}") from None
     finally:
         ExecutionPath.capture, RunLogger.progress = Watch.original_capture, Watch.original_progress
-    window_steps = max(script_args.total_timesteps // 50, 1000)  # the run's own windows (RunLogger)
-    record = {**watch.result(window_steps), "floor_us": watch.floor_us(), "summary": summary}
+    record = {**watch.result(watch.window_steps), "floor_us": watch.floor_us(), "summary": summary}
     with open(args.out, "w") as f:
         json.dump(record, f, indent=1)
     return record

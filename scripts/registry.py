@@ -146,146 +146,156 @@ def parity(script: str, env_ids: tuple[str, ...], steps: int, **task) -> tuple[T
 ALGORITHMS = {
     "dqn": Algorithm(
         "dqn", cleanrl=CLEANRL["dqn"],
-        speed=(Task("dqn", "CartPole-v1", 60_000, 30_000, 5_000),),
-        learning=(Task("dqn", "CartPole-v1", 500_000, 50_000),),
+        speed=(Task("dqn", "CartPole-v1", steps=60_000, eager_steps=30_000, learning_starts=5_000),),
+        learning=(Task("dqn", "CartPole-v1", steps=500_000, eager_steps=50_000),),
         parity=parity("dqn", CLASSIC_CONTROL, 500_000),
         tests={"dqn": TestRun("dqn", ("--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency",
-                                      "2", "--log-every", "5"), "td_loss", 1000)}),
+                                      "2", "--log-every", "5"), loss="td_loss", checkpoint_every=1000)}),
     "td3": Algorithm(
         "td3", cleanrl=CLEANRL["td3"],
-        speed=(Task("td3", "HalfCheetah-v5", 25_000, 5_000, 2_000),),
+        speed=(Task("td3", "HalfCheetah-v5", steps=25_000, eager_steps=5_000, learning_starts=2_000),),
         # Eager TD3/SAC are slow: short eager budgets, the wall-time reference of the return curves.
-        learning=(Task("td3", "HalfCheetah-v5", 1_000_000, 50_000),),
+        learning=(Task("td3", "HalfCheetah-v5", steps=1_000_000, eager_steps=50_000),),
         # Ant ends unhealthy episodes: terminal handling under test, at CleanRL's budget; Ant-v4 is the version
         # CleanRL's published returns used (v5 adds contact forces to the observation and a contact cost).
-        long=(Task("td3", "Ant-v5", 1_000_000, 1_000_000),),
+        long=(Task("td3", "Ant-v5", steps=1_000_000, eager_steps=1_000_000),),
         parity=parity("td3", MUJOCO_V4, 1_000_000),
-        tests={"td3": TestRun("td3", PENDULUM_OFF_POLICY, "qf_loss", 400)}),
+        tests={"td3": TestRun("td3", PENDULUM_OFF_POLICY, loss="qf_loss", checkpoint_every=400)}),
     "sac": Algorithm(
         "sac", cleanrl=CLEANRL["sac"],
-        speed=(Task("sac", "HalfCheetah-v5", 25_000, 4_000, 2_000),),
-        learning=(Task("sac", "HalfCheetah-v5", 1_000_000, 30_000),),
-        long=(Task("sac", "Ant-v5", 1_000_000, 1_000_000),),
+        speed=(Task("sac", "HalfCheetah-v5", steps=25_000, eager_steps=4_000, learning_starts=2_000),),
+        learning=(Task("sac", "HalfCheetah-v5", steps=1_000_000, eager_steps=30_000),),
+        long=(Task("sac", "Ant-v5", steps=1_000_000, eager_steps=1_000_000),),
         parity=parity("sac", MUJOCO_V4, 1_000_000),
-        tests={"sac": TestRun("sac", PENDULUM_OFF_POLICY, "qf_loss", 400)}),
+        tests={"sac": TestRun("sac", PENDULUM_OFF_POLICY, loss="qf_loss", checkpoint_every=400)}),
     "td3_device_envs": Algorithm(
         "td3_device_envs",
         # FastTD3's recipe at its defaults: 1,024 MuJoCo Warp worlds, 2 updates of 32,768 samples per vector step.
         # (learning starts are not scaled down with the steps: the loop's first 10 iterations only collect, and
         # scripts/measure.py needs the capture of that collecting function too)
-        speed=(Task("td3_device_envs", "Humanoid-v5", 1024 * 400, 1024 * 60, 10 * 1024, variant="mjwarp-humanoid",
-                    cuda_only=True),),
+        speed=(Task("td3_device_envs", "Humanoid-v5", steps=1024 * 400, eager_steps=1024 * 60,
+                    learning_starts=10 * 1024, variant="mjwarp-humanoid", cuda_only=True),),
         # Humanoid-v5 until the mean return of the last 100 episodes reaches 5,000 (the seconds to it, compile and
         # capture included, and the final policy on gymnasium's C engine); Ant-v5 ends unhealthy episodes: the
         # return against wall time over 30M steps.
-        parity=(Task("td3_device_envs", "Humanoid-v5", 100_000_000, 100_000_000, variant="mjwarp-humanoid",
-                     flags=("--stop-at-return", "5000"), cuda_only=True),
-                Task("td3_device_envs", "Ant-v5", 30_000_000, 30_000_000, variant="mjwarp-ant", cuda_only=True)),
-        tests={"td3-device-envs": TestRun("td3_device_envs", DEVICE_OFF_POLICY_PENDULUM, "qf_loss", 320, bf16=True),
+        parity=(Task("td3_device_envs", "Humanoid-v5", steps=100_000_000, eager_steps=100_000_000,
+                     variant="mjwarp-humanoid", flags=("--stop-at-return", "5000"), cuda_only=True),
+                Task("td3_device_envs", "Ant-v5", steps=30_000_000, eager_steps=30_000_000, variant="mjwarp-ant",
+                     cuda_only=True)),
+        tests={"td3-device-envs": TestRun("td3_device_envs", DEVICE_OFF_POLICY_PENDULUM, loss="qf_loss",
+                                          checkpoint_every=320, bf16=True),
                # MuJoCo Warp's physics inside the captured iteration: on the GPU only (on CPU the torch-env run above
                # covers the script, tests/test_offpolicy_device_envs.py runs it once on warp's CPU backend).
                "td3-device-envs-mjwarp": TestRun("td3_device_envs", ("--env-backend", "mjwarp", "--env-id",
                                                                      "HalfCheetah-v5", *DEVICE_OFF_POLICY_SMALL),
-                                                 "qf_loss", 320, bf16=True, gpu_only=True)}),
+                                                 loss="qf_loss", checkpoint_every=320, bf16=True, gpu_only=True)}),
     "sac_device_envs": Algorithm(
         "sac_device_envs",
-        speed=(Task("sac_device_envs", "Humanoid-v5", 1024 * 400, 1024 * 60, 10 * 1024, variant="mjwarp-humanoid",
-                    cuda_only=True),),
-        parity=(Task("sac_device_envs", "Humanoid-v5", 100_000_000, 100_000_000, variant="mjwarp-humanoid",
-                     flags=("--stop-at-return", "5000"), cuda_only=True),
-                Task("sac_device_envs", "Ant-v5", 30_000_000, 30_000_000, variant="mjwarp-ant", cuda_only=True)),
-        tests={"sac-device-envs": TestRun("sac_device_envs", DEVICE_OFF_POLICY_PENDULUM, "qf_loss", 320, bf16=True)}),
+        speed=(Task("sac_device_envs", "Humanoid-v5", steps=1024 * 400, eager_steps=1024 * 60,
+                    learning_starts=10 * 1024, variant="mjwarp-humanoid", cuda_only=True),),
+        parity=(Task("sac_device_envs", "Humanoid-v5", steps=100_000_000, eager_steps=100_000_000,
+                     variant="mjwarp-humanoid", flags=("--stop-at-return", "5000"), cuda_only=True),
+                Task("sac_device_envs", "Ant-v5", steps=30_000_000, eager_steps=30_000_000, variant="mjwarp-ant",
+                     cuda_only=True)),
+        tests={"sac-device-envs": TestRun("sac_device_envs", DEVICE_OFF_POLICY_PENDULUM, loss="qf_loss",
+                                          checkpoint_every=320, bf16=True)}),
     "ppo": Algorithm(
         "ppo", cleanrl=CLEANRL["ppo"],
-        speed=(Task("ppo", "CartPole-v1", 200_000, 50_000, min_steps=8 * 512),
-               Task("ppo", "HalfCheetah-v5", 61_440, 20_480, min_steps=8 * 2048)),
-        learning=(Task("ppo", "CartPole-v1", 500_000, 50_000, min_steps=8 * 512),
-                  Task("ppo", "HalfCheetah-v5", 1_000_000, 100_000, min_steps=8 * 2048)),
-        long=(Task("ppo", "Ant-v5", 1_000_000, 1_000_000),),
+        speed=(Task("ppo", "CartPole-v1", steps=200_000, eager_steps=50_000, min_steps=8 * 512),
+               Task("ppo", "HalfCheetah-v5", steps=61_440, eager_steps=20_480, min_steps=8 * 2048)),
+        learning=(Task("ppo", "CartPole-v1", steps=500_000, eager_steps=50_000, min_steps=8 * 512),
+                  Task("ppo", "HalfCheetah-v5", steps=1_000_000, eager_steps=100_000, min_steps=8 * 2048)),
+        long=(Task("ppo", "Ant-v5", steps=1_000_000, eager_steps=1_000_000),),
         # ppo.py reproduces CleanRL's ppo.py (discrete actions) and ppo_continuous_action.py (Box actions).
         parity=(*parity("ppo", CLASSIC_CONTROL, 500_000), *parity("ppo", MUJOCO_V4, 1_000_000)),
         tests={"ppo": TestRun("ppo", ("--total-timesteps", "1536", "--num-steps", "64", "--log-every", "1"),
-                              "policy_loss", 1000),
+                              loss="policy_loss", checkpoint_every=1000),
                "ppo-continuous": TestRun("ppo", ("--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "64",
                                                  "--num-minibatches", "4", "--update-epochs", "2",
                                                  "--total-timesteps", "768", "--log-every", "1"),
-                                         "value_loss", 500)}),
+                                         loss="value_loss", checkpoint_every=500)}),
     "ppo_device_envs": Algorithm(
         "ppo_device_envs",
         speed=(
             # The whole PPO iteration as one graph on torch CartPole: 4096 envs x 128 steps per iteration.
-            Task("ppo_device_envs", "CartPole-v1", 4096 * 128 * 100, 4096 * 128 * 6, variant="torch4096",
-                 flags=TORCH_ENVS_4096, cuda_only=True),
+            Task("ppo_device_envs", "CartPole-v1", steps=4096 * 128 * 100, eager_steps=4096 * 128 * 6,
+                 variant="torch4096", flags=TORCH_ENVS_4096, cuda_only=True),
             # Tuned for throughput (results/experiments/torch4096-ab): bfloat16 hidden layers in the learning
             # passes, autotuned kernels, and launch options for the ~3,000 small kernels of an iteration.
-            Task("ppo_device_envs", "CartPole-v1", 4096 * 128 * 300, 4096 * 128 * 6, variant="torch4096-tuned",
+            Task("ppo_device_envs", "CartPole-v1", steps=4096 * 128 * 300, eager_steps=4096 * 128 * 6,
+                 variant="torch4096-tuned",
                  flags=(*TORCH_ENVS_4096, "--bf16", "--max-autotune", "--inductor", "triton.enable_pdl=True",
                         "combo_kernels=True"), cuda_only=True, compile_only=True),
             # The whole iteration as one graph with MuJoCo Warp's physics inside: 4096 HalfCheetah worlds x 32 steps.
-            Task("ppo_device_envs", "HalfCheetah-v5", 4096 * 32 * 40, 4096 * 32 * 4, variant="mjwarp4096",
-                 flags=("--env-backend", "mjwarp", "--num-envs", "4096", "--num-steps", "32"), cuda_only=True),
+            Task("ppo_device_envs", "HalfCheetah-v5", steps=4096 * 32 * 40, eager_steps=4096 * 32 * 4,
+                 variant="mjwarp4096", flags=("--env-backend", "mjwarp", "--num-envs", "4096", "--num-steps", "32"),
+                 cuda_only=True),
             # ... at 16,384 worlds, where the physics alone steps ~2.3x faster than at 4,096.
-            Task("ppo_device_envs", "HalfCheetah-v5", 16384 * 32 * 16, 16384 * 32 * 2, variant="mjwarp16384",
-                 flags=("--env-backend", "mjwarp", "--num-envs", "16384", "--num-steps", "32"), cuda_only=True)),
+            Task("ppo_device_envs", "HalfCheetah-v5", steps=16384 * 32 * 16, eager_steps=16384 * 32 * 2,
+                 variant="mjwarp16384", flags=("--env-backend", "mjwarp", "--num-envs", "16384", "--num-steps", "32"),
+                 cuda_only=True)),
         learning=(
             # Time to solve (mean of the last 100 episodes >= 475), compile and capture included.
-            Task("ppo_device_envs", "CartPole-v1", 500_000, 500_000, variant="torch-solve",
+            Task("ppo_device_envs", "CartPole-v1", steps=500_000, eager_steps=500_000, variant="torch-solve",
                  flags=("--stop-at-return", "475")),
-            Task("ppo_device_envs", "CartPole-v1", 2_000_000, 2_000_000, variant="torch-solve128",
+            Task("ppo_device_envs", "CartPole-v1", steps=2_000_000, eager_steps=2_000_000, variant="torch-solve128",
                  flags=("--num-envs", "128", "--num-steps", "16", "--stop-at-return", "475")),
             # The memoryless policy on the velocity-masked task, with ppo_lstm_device_envs' settings and budget.
-            Task("ppo_device_envs", "CartPole-v1", 500_000, 500_000, variant="torch-masked",
+            Task("ppo_device_envs", "CartPole-v1", steps=500_000, eager_steps=500_000, variant="torch-masked",
                  flags=("--mask-velocity", "--num-envs", "8", "--learning-rate", "1e-3", "--normalize", "True"))),
         # Humanoid-v5 on MuJoCo Warp until the mean return of the last 100 episodes reaches 5,000: 8,192 worlds x
         # 16 steps, Brax's humanoid discount (0.97), a 256-unit actor and critic for the 348-number observation,
         # CleanRL's 10 epochs x 32 minibatches (MJWARP_PPO). Ant-v5 over 30M steps with the same settings.
-        parity=(Task("ppo_device_envs", "Humanoid-v5", 300_000_000, 300_000_000, variant="mjwarp-humanoid",
-                     flags=(*MJWARP_PPO, "--stop-at-return", "5000"), cuda_only=True),
-                Task("ppo_device_envs", "Ant-v5", 30_000_000, 30_000_000, variant="mjwarp-ant", flags=MJWARP_PPO,
-                     cuda_only=True)),
+        parity=(Task("ppo_device_envs", "Humanoid-v5", steps=300_000_000, eager_steps=300_000_000,
+                     variant="mjwarp-humanoid", flags=(*MJWARP_PPO, "--stop-at-return", "5000"), cuda_only=True),
+                Task("ppo_device_envs", "Ant-v5", steps=30_000_000, eager_steps=30_000_000, variant="mjwarp-ant",
+                     flags=MJWARP_PPO, cuda_only=True)),
         tests={"ppo-device-envs": TestRun("ppo_device_envs", ("--total-timesteps", "1536", "--num-steps", "64",
-                                                              "--log-every", "1"), "policy_loss", 1000),
+                                                              "--log-every", "1"), loss="policy_loss",
+                                          checkpoint_every=1000),
                # MuJoCo Warp on warp's CPU backend: Humanoid's random episodes end within ~20 steps. Few steps:
                # warp's CPU kernels take ~40 ms per step of 4 worlds.
                "ppo-device-envs-mjwarp": TestRun("ppo_device_envs", ("--env-backend", "mjwarp", "--env-id",
                                                                      "Humanoid-v5", "--num-envs", "4", "--num-steps",
                                                                      "8", "--num-minibatches", "4", "--total-timesteps",
-                                                                     "256", "--log-every", "1"), "policy_loss", 150),
+                                                                     "256", "--log-every", "1"),
+                                                    loss="policy_loss", checkpoint_every=150),
                "ppo-device-envs-bf16": TestRun("ppo_device_envs", ("--num-envs", "8", "--num-steps", "16", "--bf16",
                                                                    "--total-timesteps", "768", "--log-every", "1"),
-                                               "policy_loss", 500, bf16=True)}),
+                                               loss="policy_loss", checkpoint_every=500, bf16=True)}),
     "ppo_atari": Algorithm(
         "ppo_atari", cleanrl=CLEANRL["ppo_atari"],
         # CleanRL's 8 envs, and 64 (the ratio to env-only throughput is scripts/atari_env_speed.py's).
-        speed=(Task("ppo_atari", "Breakout-v5", 8 * 128 * 24, 8 * 128 * 8, min_steps=8 * 128 * 4),
-               Task("ppo_atari", "Breakout-v5", 64 * 128 * 6, 64 * 128 * 3, variant="envs64",
+        speed=(Task("ppo_atari", "Breakout-v5", steps=8 * 128 * 24, eager_steps=8 * 128 * 8, min_steps=8 * 128 * 4),
+               Task("ppo_atari", "Breakout-v5", steps=64 * 128 * 6, eager_steps=64 * 128 * 3, variant="envs64",
                     flags=("--num-envs", "64"), cuda_only=True)),
         parity=parity("ppo_atari", ATARI, 10_000_000, cuda_only=True),
         # 2 epochs x 2 minibatches: after 16 Adam steps per log, the CNN's rounding (eager vs compiled convolutions)
         # has grown to ~1e-3 of the loss; after 4 it stays at ~1e-5.
         tests={"ppo-atari": TestRun("ppo_atari", ("--num-envs", "4", "--num-steps", "16", "--total-timesteps", "512",
                                                   "--update-epochs", "2", "--num-minibatches", "2", "--log-every", "1"),
-                                    "policy_loss", 300, exact_resume=False)}),
+                                    loss="policy_loss", checkpoint_every=300, exact_resume=False)}),
     "ppo_lstm": Algorithm(
         "ppo_lstm",
         tests={"ppo-lstm": TestRun("ppo_lstm", ("--total-timesteps", "1024", "--num-steps", "16", "--log-every", "1"),
-                                   "policy_loss", 600)}),
+                                   loss="policy_loss", checkpoint_every=600)}),
     "ppo_lstm_device_envs": Algorithm(
         "ppo_lstm_device_envs",
         speed=(
             # The whole recurrent iteration as one graph: velocity-masked CartPole, 4096 envs x 128 steps.
-            Task("ppo_lstm_device_envs", "CartPole-v1", 4096 * 128 * 40, 4096 * 128 * 8, variant="masked4096",
+            Task("ppo_lstm_device_envs", "CartPole-v1", steps=4096 * 128 * 40, eager_steps=4096 * 128 * 8,
+                 variant="masked4096",
                  flags=("--mask-velocity", "--num-envs", "4096"), cuda_only=True),),
         learning=(
-            Task("ppo_lstm_device_envs", "CartPole-v1", 500_000, 500_000, variant="masked",
+            Task("ppo_lstm_device_envs", "CartPole-v1", steps=500_000, eager_steps=500_000, variant="masked",
                  flags=("--mask-velocity",)),),
         tests={"ppo-lstm-device-envs": TestRun("ppo_lstm_device_envs", ("--mask-velocity", "--total-timesteps",
                                                                         "1024", "--num-steps", "16", "--log-every",
-                                                                        "1"), "policy_loss", 600),
+                                                                        "1"), loss="policy_loss", checkpoint_every=600),
                "ppo-lstm-device-envs-continuous": TestRun(
                    "ppo_lstm_device_envs", ("--env-id", "Pendulum-v1", "--num-envs", "4", "--num-minibatches", "2",
                                             "--num-steps", "16", "--update-epochs", "2", "--total-timesteps", "512",
-                                            "--log-every", "1"), "value_loss", 300)}),
+                                            "--log-every", "1"), loss="value_loss", checkpoint_every=300)}),
 }
 
 TEST_RUNS = {name: run for algorithm in ALGORITHMS.values() for name, run in algorithm.tests.items()}

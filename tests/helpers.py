@@ -31,7 +31,7 @@ def metrics_after(runs_dir: str, step: int) -> list[tuple]:
                 if r["name"] != "sps" and int(r["step"]) > step]
 
 
-def run_script(script: str, *flags: str, cwd: str | None = None, timeout: float = 600, env: dict | None = None):
+def run_script(script: str, *flags: str, cwd: str | None = None, timeout: float = 1800, env: dict | None = None):
     """Run `python algos/<script>.py flags...` as a user would (`env`: variables added to the environment);
     returns the CompletedProcess."""
     return subprocess.run(
@@ -45,7 +45,9 @@ def run_main(script: str, flags, runs_dir: str) -> str:
     returns the run folder."""
     module = importlib.import_module(f"algos.{script}")
     torch._dynamo.reset()
-    return module.main(tyro.cli(module.Args, args=[*flags, "--runs-dir", runs_dir]))["run_dir"]
+    args = tyro.cli(module.Args, args=[*flags, "--runs-dir", runs_dir])
+    torch.set_num_threads(args.threads)  # as common/cli.py's entry point does
+    return module.main(args)["run_dir"]
 
 
 def first_losses(case: str, runs_dir: str, *flags: str, n: int = 6) -> list[float]:
@@ -57,10 +59,12 @@ def first_losses(case: str, runs_dir: str, *flags: str, n: int = 6) -> list[floa
 
 
 def assert_user_error(result, *words: str) -> None:
-    """A user error: exit code 2, one line on stderr that names the problem, no traceback."""
+    """A user error: exit code 2, one `error:` line on stderr, the last, that names the problem; no traceback.
+    (Lines before it are the run's own, e.g. progress lines that a slow machine prints before a late error.)"""
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
     assert "Traceback" not in result.stderr, result.stderr
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr
     for word in words:
-        assert word in lines[0], (word, lines[0])
+        assert word in errors[0], (word, errors[0])

@@ -10,7 +10,8 @@ import torch
 
 from tests.helpers import metric
 from turborl.cli import RunArgs, UserError, check_run_args, pick_device
-from turborl.envs import EnvLink, EnvStep, final_observations, finished_episodes, make_env, track_episodes
+from turborl.envs import final_observations, finished_episodes, make_env, track_episodes
+from turborl.link import EnvLink, EnvStep
 from turborl.logger import RunLogger
 from turborl.paths import ExecutionPath, inductor_option
 
@@ -122,16 +123,19 @@ def test_env_link_carries_each_field_by_name(envs_on_device):
     make = torch.as_tensor if envs_on_device else np.asarray
     link.reset(make(np.ones((2, 3), np.float32)))
     step = link.receive()
-    assert step.answered.tolist() == [0, 0] and torch.equal(step.next_obs, torch.ones(2, 3))
+    assert not link.answered and torch.equal(step.next_obs, torch.ones(2, 3))  # a first obs: nothing to store
     link.send(EnvStep(make([1.0, 2.0]), make([True, False]), make([False, True]), make(np.zeros((2, 3))),
                       make(np.full((2, 3), 5.0))))
     step = link.receive()
-    assert step.answered.tolist() == [1, 1] and step.reward.tolist() == [1.0, 2.0]
+    assert link.answered and step.reward.tolist() == [1.0, 2.0]
     assert step.terminated.tolist() == [1.0, 0.0] and step.truncated.tolist() == [0.0, 1.0]
     assert step.final_obs.sum() == 0 and step.next_obs.sum() == 30
     link.send_action(torch.tensor([1, 2]))
     link.action_queued()
-    assert list(link.action()) == [1, 2]
+    assert list(link.action()) == [1, 2] and isinstance(link.action(), torch.Tensor) == envs_on_device
+    saved, link.answered = link.state_dict(), False
+    link.load_state_dict(saved)  # a checkpoint holds an answer not yet stored
+    assert link.answered and link.receive().reward.tolist() == [1.0, 2.0]
 
 
 @dataclass
@@ -161,6 +165,22 @@ def test_run_logger_writes_metrics_and_summary(tmp_path):
     saved = json.load(open(os.path.join(logger.dir, "summary.json")))
     assert saved["steps"] == 3000 and saved["status"] == "done" and saved["checkpoint"] is None
     assert saved["peak_gpu_memory_mb"] is None  # a CPU run (tests/test_gpu.py checks a CUDA run's)
+
+
+def test_the_progress_line_shows_the_recent_rate(tmp_path, monkeypatch, capsys):
+    """A slow start (compiling, or steps before learning) must not hold the displayed rate down for a window."""
+    clock = [1000.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    logger = RunLogger(_Args(), "algo", total_steps=1_000_000, device=torch.device("cpu"), run_root=str(tmp_path),
+                       print_every=10)
+    logger.progress(1)
+    clock[0] += 100
+    logger.progress(100)  # the first 100 steps took 100 s
+    clock[0] += 11
+    logger.progress(11_100)  # then 1,000 steps/s
+    logger.close()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("step ")]
+    assert [line.split("  ")[1] for line in lines] == ["sps 1", "sps 1000"]
 
 
 def test_run_folders_are_unique_even_when_runs_start_in_the_same_second(tmp_path, monkeypatch):

@@ -14,11 +14,11 @@ def test_two_ranks_keep_identical_parameters_and_learn(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
          os.path.join(ROOT, "algos", "ppo_device_envs.py"), "--total-timesteps", "120000", "--runs-dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        cwd=ROOT, capture_output=True, text=True, timeout=1200, env={**os.environ, "OMP_NUM_THREADS": "1"},
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    [run_dir] = glob.glob(str(tmp_path / "CartPole-v1__ppo__1__*"))  # only rank 0 writes a run folder
+    [run_dir] = glob.glob(str(tmp_path / "CartPole-v1__ppo_device_envs__1__*"))  # only rank 0 writes a run folder
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
     assert summary["rank_param_max_diff"] == 0.0

@@ -46,18 +46,20 @@ def test_ctrl_c_mid_rollout_stops_at_the_iteration_end_with_a_checkpoint_that_re
     process = subprocess.Popen([sys.executable, os.path.join(ROOT, "algos", "ppo.py"), *flags, "--save-model",
                                 "--runs-dir", str(tmp_path / "a")],
                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
+    deadline = time.time() + 1200  # a guard only: the signal waits for the first metrics row
     while time.time() < deadline and process.poll() is None and not metric_rows(tmp_path / "a", "learning_rate"):
         time.sleep(0.2)
     time.sleep(0.5)
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
+    _, stderr = process.communicate(timeout=600)
     assert process.returncode == 130, stderr[-2000:]
     assert "Traceback" not in stderr and "interrupted at" in stderr and "done:" not in stderr
     run_dir = run_dir_of(tmp_path / "a")
     checkpoint = os.path.join(run_dir, "ppo.pt")
     saved = torch.load(checkpoint, weights_only=False)
-    assert saved["global_step"] % (2 * 2048) == 0 and saved["global_step"] >= 2 * 2 * 2048
+    # At an iteration's end, after the first (whose metrics row the signal waited for); how many more ran
+    # before the signal landed depends on the machine's load.
+    assert saved["global_step"] % (2 * 2048) == 0 and saved["global_step"] >= 2 * 2048
     summary = read_json(os.path.join(run_dir, "summary.json"))
     assert summary["status"] == "interrupted" and summary["checkpoint"] == checkpoint
     before = open(checkpoint, "rb").read()
@@ -144,14 +146,14 @@ def test_track_works_offline_with_no_account_and_a_failed_start_leaves_no_run_fo
     env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}
     env["HOME"] = str(tmp_path)  # no ~/.netrc login
     result = subprocess.run([sys.executable, os.path.join(ROOT, "algos", "dqn.py"), *flags], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=600, check=False)
+                            capture_output=True, text=True, timeout=1200, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     run_dir = run_dir_of(tmp_path / "a")
     assert glob.glob(os.path.join(run_dir, "wandb", "offline-run-*")) and metric(run_dir, "episodic_return")
     env["WANDB_MODE"] = "no-such-mode"
     flags[-1] = str(tmp_path / "b")
     result = subprocess.run([sys.executable, os.path.join(ROOT, "algos", "dqn.py"), *flags], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=600, check=False)
+                            capture_output=True, text=True, timeout=1200, check=False)
     assert_user_error(result, "--track: wandb could not start", "WANDB_MODE")
     assert not os.listdir(tmp_path / "b")
 
@@ -162,7 +164,7 @@ def test_concurrent_runs_get_a_folder_each_with_whole_rows(tmp_path):
                                    "--runs-dir", str(tmp_path)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
                  for lr in ("0.001", "0.0001")]
     for process in processes:
-        _, stderr = process.communicate(timeout=300)
+        _, stderr = process.communicate(timeout=900)
         assert process.returncode == 0, stderr[-2000:]
     run_dirs = glob.glob(str(tmp_path / "*"))
     assert len(run_dirs) == 2
@@ -181,20 +183,6 @@ def assert_whole_rows(metrics_csv):
     for row in rows[1:]:
         assert len(row) == 4 and int(row[0]) >= 0 and float(row[1]) >= 0, row
         float(row[3])  # a number (NaN included), not a fragment
-
-
-@pytest.mark.parametrize("script, flags, words", [
-    ("td3", ["--env-id", "Pendulum-v1", "--total-timesteps", "5000"], ["--learning-starts 25000", "train nothing"]),
-    ("dqn", ["--total-timesteps", "5000"], ["--learning-starts 10000", "train nothing"]),
-    ("dqn", ["--gamma", "5"], ["--gamma must be in (0, 1]"]),
-    ("sac", ["--env-id", "Pendulum-v1", "--gamma", "0"], ["--gamma must be in (0, 1]"]),
-    ("ppo", ["--seed", "-1"], ["--seed must be in [0, 2**32)"]),
-    ("ppo_device_envs", ["--seed", str(2**32)], ["--seed must be in [0, 2**32)"]),
-    ("td3", ["--env-id", "Pendulum-v1", "--exploration-noise", "-0.1"], ["--exploration-noise"]),
-])
-def test_out_of_range_values_and_runs_that_would_train_nothing_are_one_line(tmp_path, script, flags, words):
-    assert_user_error(run_script(script, *flags, "--runs-dir", str(tmp_path / "runs")), *words)
-    assert not os.path.exists(tmp_path / "runs")
 
 
 def test_an_unwritable_runs_dir_is_one_line(tmp_path):
@@ -222,12 +210,38 @@ def test_a_full_disk_is_one_line_with_no_partial_files(tmp_path, max_bytes, what
     """The replay ring makes dqn.pt ~330 kB, past the first limit; with --log-every 1 the metrics pass the second."""
     result = subprocess.run([sys.executable, os.path.join(ROOT, "algos", "dqn.py"), "--total-timesteps", "3000",
                              "--learning-starts", "500", "--log-every", "1", "--save-model",
-                             "--runs-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                             "--runs-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=1200,
                             preexec_fn=limit_file_size(max_bytes))
     assert_user_error(result, "cannot write", what, "free space")
     run_dir = run_dir_of(tmp_path)
     names = os.listdir(run_dir)
     assert not [name for name in names if "tmp" in name or "partial" in name], names
+    assert read_json(os.path.join(run_dir, "summary.json"))["status"] == "failed"
+    assert_whole_rows(os.path.join(run_dir, "metrics.csv"))
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A real 300 kB filesystem (tmpfs): a full disk as the kernel reports it, where a failed write's file holds
+    its space until it is closed and removed. Needs the right to mount; skipped without it."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip() or mounted.returncode}")
+    yield mount_point
+    subprocess.run(["umount", str(mount_point)], check=False)
+
+
+def test_a_really_full_disk_still_gets_a_whole_summary(small_filesystem):
+    """dqn.pt (~330 kB with its replay ring) cannot fit: the one line, no partial file, and summary.json written
+    into the space the failed checkpoint gave back."""
+    result = run_script("dqn", "--total-timesteps", "3000", "--learning-starts", "500", "--log-every", "1",
+                        "--save-model", "--runs-dir", str(small_filesystem))
+    assert_user_error(result, "cannot write the checkpoint", "free space")
+    run_dir = run_dir_of(small_filesystem)
+    assert sorted(os.listdir(run_dir)) == ["args.json", "metrics.csv", "summary.json"]
     assert read_json(os.path.join(run_dir, "summary.json"))["status"] == "failed"
     assert_whole_rows(os.path.join(run_dir, "metrics.csv"))
 
@@ -248,3 +262,8 @@ def test_evaluate_takes_a_run_folder_and_refuses_an_env_the_policy_does_not_fit(
     assert_user_error(evaluate(os.path.join(run_dir, "dqn.pt"), "--env-id", "Pendulum-v1"),
                       "does not take Pendulum-v1's observations", "--env-id CartPole-v1")
     assert_user_error(evaluate(str(tmp_path)), "holds 0 exported policies")
+    unsaved = run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--seed", "3",
+                         "--runs-dir", str(tmp_path / "unsaved"))  # the Quickstart's run: no --save-model
+    assert unsaved.returncode == 0, unsaved.stderr[-2000:]
+    assert_user_error(evaluate(run_dir_of(tmp_path / "unsaved")), "holds 0 exported policies",
+                      "python algos/dqn.py --env-id CartPole-v1 --seed 3 --save-model")

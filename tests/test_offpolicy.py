@@ -62,12 +62,6 @@ def test_replay_never_crosses_episode_boundaries(tmp_path, algo):
 
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])
-def test_discrete_env_is_a_user_error(tmp_path, algo):
-    assert_user_error(run_script(algo, "--env-id", "CartPole-v1", "--runs-dir", str(tmp_path)),
-                      "continuous", "Pendulum-v1")
-
-
-@pytest.mark.parametrize("algo", ["td3", "sac"])
 def test_default_mujoco_task_without_the_extra_is_a_user_error(tmp_path, algo):
     hidden = tmp_path / "without_mujoco" / "mujoco"  # first on the path: `import mujoco` fails as if not installed
     hidden.mkdir(parents=True)

@@ -4,11 +4,10 @@ import glob
 import os
 
 import numpy as np
-import pytest
 import torch
 
 from algos import ppo_device_envs
-from tests.helpers import assert_user_error, metric, run_main, run_script
+from tests.helpers import metric, run_main, run_script
 from turborl.numerics import reverse_scan
 
 # Budgets measured on CPU (seed 1): CartPole-v1 averages ~340 over the last 20 episodes by 80k steps (seed 2:
@@ -60,32 +59,6 @@ def test_bf16_keeps_hidden_activations_in_bfloat16_acts_in_float32_and_stays_clo
     for got, want in zip((logp, entropy, value), reference, strict=True):
         torch.testing.assert_close(got, want, rtol=0.02, atol=0.02)
         assert not torch.equal(got, want)  # bfloat16 did take part
-
-
-@pytest.mark.parametrize("flags, words", [
-    (["--env-id", "NoSuchEnv-v0"], ["unknown env id", "NoSuchEnv-v0"]),
-    (["--env-id", "Blackjack-v1"], ["flat Box observations"]),
-    (["--num-minibatches", "3"], ["--num-minibatches 3", "512"]),
-    (["--num-envs", "0"], ["--num-envs must be positive"]),
-    (["--total-timesteps", "100"], ["less than one rollout"]),
-    (["--env-backend", "torch"], ["algos/ppo_device_envs.py"]),
-    (["--max-autotune"], ["--max-autotune", "add --compile"]),
-    (["--inductor", "combo_kernels=True"], ["--inductor", "add --compile"]),
-    (["--compile", "--inductor", "no_such_option=True"], ["no_such_option", "option of torch._inductor.config"]),
-])
-def test_bad_input_is_one_clear_line(tmp_path, flags, words):
-    assert_user_error(run_script("ppo", *flags, "--runs-dir", str(tmp_path)), *words)
-
-
-@pytest.mark.parametrize("flags, words", [
-    (["--env-id", "LunarLander-v3"], ["--env-backend torch has no LunarLander-v3"]),
-    (["--env-backend", "gymnasium"], ["algos/ppo.py"]),
-    (["--num-minibatches", "3"], ["--num-minibatches 3", "512"]),
-    (["--hidden-size", "0"], ["--hidden-size must be positive"]),
-    (["--num-envs", "1", "--num-steps", "4", "--num-minibatches", "4"], ["one sample per minibatch"]),
-])
-def test_device_envs_bad_input_is_one_clear_line(tmp_path, flags, words):
-    assert_user_error(run_script("ppo_device_envs", *flags, "--runs-dir", str(tmp_path)), *words)
 
 
 def test_hidden_size_sets_the_width_of_actor_and_critic(tmp_path):

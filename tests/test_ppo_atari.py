@@ -53,19 +53,6 @@ def test_games_are_logged_whole_across_lost_lives():
     assert games.score.tolist() == [0.0, 0.0] and games.length.tolist() == [0, 1]
 
 
-@pytest.mark.parametrize("flags, words", [
-    (["--env-id", "CartPole-v1"], ["not an Atari game", "Breakout-v5"]),
-    (["--env-id", "NoSuchGame-v5"], ["not an Atari game"]),
-    (["--env-backend", "torch"], ["ale-py's C++ vector env"]),
-    (["--num-minibatches", "3"], ["--num-minibatches 3", "1024"]),
-    (["--env-threads", "-1"], ["--env-threads must be >= 0"]),
-    (["--num-envs", "3"], ["--num-envs must be even"]),
-])
-def test_bad_input_is_one_clear_line(tmp_path, flags, words):
-    assert_user_error(run_script("ppo_atari", *flags, "--runs-dir", str(tmp_path / "runs")), *words)
-    assert not os.path.exists(tmp_path / "runs")
-
-
 def test_missing_ale_py_says_what_to_install(tmp_path):
     stub = tmp_path / "stub" / "ale_py"
     stub.mkdir(parents=True)

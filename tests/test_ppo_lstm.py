@@ -15,7 +15,7 @@ from torch import nn
 
 from algos import ppo_lstm, ppo_lstm_device_envs
 from algos.ppo_lstm_device_envs import Agent
-from tests.helpers import ROOT, assert_user_error, metric, run_script
+from tests.helpers import ROOT, metric, run_script
 
 
 @pytest.mark.parametrize("script", [ppo_lstm, ppo_lstm_device_envs])
@@ -82,17 +82,3 @@ def test_exported_policy_carries_the_lstm_state(tmp_path):
     assert evaluation.returncode == 0, evaluation.stderr[-2000:]
     with open(os.path.join(run_dir, "evaluation.json")) as f:
         assert len(json.load(f)["returns"]) == 2
-
-
-@pytest.mark.parametrize("script, flags, words", [
-    ("ppo_lstm_device_envs", ["--num-minibatches", "3"], ["--num-minibatches 3", "--num-envs 8",
-                                                           "whole env sequences"]),
-    ("ppo_lstm", ["--num-minibatches", "3"], ["--num-minibatches 3", "--num-envs 8", "whole env sequences"]),
-    ("ppo_lstm_device_envs", ["--env-backend", "gymnasium"], ["algos/ppo_lstm.py"]),
-    ("ppo_lstm", ["--env-backend", "torch"], ["algos/ppo_lstm_device_envs.py"]),
-    ("ppo_lstm", ["--env-id", "Blackjack-v1"], ["flat Box observations"]),
-    ("ppo_lstm_device_envs", ["--env-id", "LunarLander-v3"], ["--env-backend torch has no LunarLander-v3"]),
-    ("ppo_lstm_device_envs", ["--lstm-size", "0"], ["--lstm-size must be positive"]),
-])
-def test_bad_input_is_one_clear_line(tmp_path, script, flags, words):
-    assert_user_error(run_script(script, *flags, "--runs-dir", str(tmp_path)), *words)

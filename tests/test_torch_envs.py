@@ -148,7 +148,7 @@ def test_ppo_learns_cartpole_on_torch_envs_in_one_function_per_iteration(tmp_pat
     result = run_script("ppo_device_envs", "--total-timesteps", "60000", *flags,
                         "--runs-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
-    [run_dir] = glob.glob(str(tmp_path / "CartPole-v1__ppo__1__*"))
+    [run_dir] = glob.glob(str(tmp_path / "CartPole-v1__ppo_device_envs__1__*"))
     returns = metric(run_dir, "episodic_return")
     assert np.mean(returns[-20:]) >= 195, returns[-20:]
 

@@ -1,0 +1,73 @@
+"""Bad input, as a user types it, for every script: exit 2, one line that names the bad value and the fix, no
+traceback, and no run folder left behind (the checks come before anything is built)."""
+
+import pytest
+
+from tests.helpers import assert_user_error, run_script
+
+PENDULUM = ["--env-backend", "torch", "--env-id", "Pendulum-v1"]
+
+CASES = [
+    # (script, flags, words the line must hold)
+    ("dqn", ["--env-id", "NoSuchEnv-v0"], ["unknown env id", "NoSuchEnv-v0"]),
+    ("dqn", ["--env-id", "Pendulum-v1"], ["discrete action space", "CartPole-v1"]),
+    ("dqn", ["--total-timesteps", "0"], ["--total-timesteps must be positive"]),
+    ("dqn", ["--batch-size", "20000"], ["--batch-size 20000", "--buffer-size"]),
+    ("dqn", ["--checkpoint-every", "100"], ["--checkpoint-every needs --save-model"]),
+    ("dqn", ["--total-timesteps", "5000"], ["--learning-starts 10000", "train nothing"]),
+    ("dqn", ["--gamma", "5"], ["--gamma must be in (0, 1]"]),
+    ("dqn", ["--threads", "0"], ["--threads must be >= 1"]),
+    ("td3", ["--env-id", "CartPole-v1"], ["continuous", "Pendulum-v1"]),
+    ("td3", ["--env-id", "Pendulum-v1", "--total-timesteps", "5000"], ["--learning-starts 25000", "train nothing"]),
+    ("td3", ["--env-id", "Pendulum-v1", "--exploration-noise", "-0.1"], ["--exploration-noise"]),
+    ("sac", ["--env-id", "CartPole-v1"], ["continuous", "Pendulum-v1"]),
+    ("sac", ["--env-id", "Pendulum-v1", "--gamma", "0"], ["--gamma must be in (0, 1]"]),
+    ("ppo", ["--env-id", "NoSuchEnv-v0"], ["unknown env id", "NoSuchEnv-v0"]),
+    ("ppo", ["--env-id", "Blackjack-v1"], ["flat Box observations"]),
+    ("ppo", ["--num-minibatches", "3"], ["--num-minibatches 3", "512"]),
+    ("ppo", ["--num-envs", "0"], ["--num-envs must be positive"]),
+    ("ppo", ["--total-timesteps", "100"], ["less than one rollout"]),
+    ("ppo", ["--env-backend", "torch"], ["algos/ppo_device_envs.py"]),
+    ("ppo", ["--seed", "-1"], ["--seed must be in [0, 2**32)"]),
+    ("ppo", ["--max-autotune"], ["--max-autotune", "add --compile"]),
+    ("ppo", ["--inductor", "combo_kernels=True"], ["--inductor", "add --compile"]),
+    ("ppo", ["--compile", "--inductor", "no_such_option=True"], ["no_such_option", "option of torch._inductor.config"]),
+    ("ppo_device_envs", ["--env-id", "LunarLander-v3"], ["--env-backend torch has no LunarLander-v3"]),
+    ("ppo_device_envs", ["--env-backend", "gymnasium"], ["algos/ppo.py"]),
+    ("ppo_device_envs", ["--num-minibatches", "3"], ["--num-minibatches 3", "512"]),
+    ("ppo_device_envs", ["--hidden-size", "0"], ["--hidden-size must be positive"]),
+    ("ppo_device_envs", ["--num-envs", "1", "--num-steps", "4", "--num-minibatches", "4"],
+     ["one sample per minibatch"]),
+    ("ppo_device_envs", ["--seed", str(2**32)], ["--seed must be in [0, 2**32)"]),
+    ("ppo_lstm", ["--num-minibatches", "3"], ["--num-minibatches 3", "--num-envs 8", "whole env sequences"]),
+    ("ppo_lstm", ["--env-backend", "torch"], ["algos/ppo_lstm_device_envs.py"]),
+    ("ppo_lstm", ["--env-id", "Blackjack-v1"], ["flat Box observations"]),
+    ("ppo_lstm_device_envs", ["--num-minibatches", "3"], ["--num-minibatches 3", "--num-envs 8",
+                                                          "whole env sequences"]),
+    ("ppo_lstm_device_envs", ["--env-backend", "gymnasium"], ["algos/ppo_lstm.py"]),
+    ("ppo_lstm_device_envs", ["--env-id", "LunarLander-v3"], ["--env-backend torch has no LunarLander-v3"]),
+    ("ppo_lstm_device_envs", ["--lstm-size", "0"], ["--lstm-size must be positive"]),
+    ("ppo_atari", ["--env-id", "CartPole-v1"], ["not an Atari game", "Breakout-v5"]),
+    ("ppo_atari", ["--env-id", "NoSuchGame-v5"], ["not an Atari game"]),
+    ("ppo_atari", ["--env-backend", "torch"], ["ale-py's C++ vector env"]),
+    ("ppo_atari", ["--num-minibatches", "3"], ["--num-minibatches 3", "1024"]),
+    ("ppo_atari", ["--env-threads", "-1"], ["--env-threads must be >= 0"]),
+    ("ppo_atari", ["--num-envs", "3"], ["--num-envs must be even"]),
+    ("td3_device_envs", ["--env-backend", "gymnasium"], ["algos/td3.py"]),
+    ("td3_device_envs", ["--env-backend", "torch", "--env-id", "CartPole-v1"], ["TD3", "continuous", "Pendulum-v1"]),
+    ("td3_device_envs", [*PENDULUM, "--v-min", "5", "--v-max", "5"], ["--v-min"]),
+    ("td3_device_envs", [*PENDULUM, "--std-min", "0.5", "--std-max", "0.1"], ["--std-min"]),
+    ("td3_device_envs", [*PENDULUM, "--num-updates", "0"], ["--num-updates"]),
+    ("td3_device_envs", [*PENDULUM, "--buffer-size", str(10**11)], ["replay memory", "GiB", "lower --buffer-size to"]),
+    ("td3_device_envs", [*PENDULUM, "--gamma", "0.99"], ["no default support", "--v-min and --v-max"]),
+    ("sac_device_envs", ["--env-backend", "gymnasium"], ["algos/sac.py"]),
+    ("sac_device_envs", ["--env-backend", "torch", "--env-id", "CartPole-v1"], ["SAC", "continuous", "Pendulum-v1"]),
+    ("sac_device_envs", [*PENDULUM, "--num-envs", "64", "--buffer-size", "32"], ["--buffer-size 32"]),
+    ("sac_device_envs", [*PENDULUM, "--alpha", "0"], ["--alpha"]),
+]
+
+
+@pytest.mark.parametrize("script, flags, words", CASES, ids=[f"{s}:{' '.join(f)}"[:60] for s, f, _ in CASES])
+def test_bad_input_is_one_clear_line_and_no_run_folder(tmp_path, script, flags, words):
+    assert_user_error(run_script(script, *flags, "--runs-dir", str(tmp_path)), *words)
+    assert not list(tmp_path.iterdir())  # a run that never started leaves no folder
