@@ -27,7 +27,7 @@ COMPILED_FLAGS["ppo-device-envs-bf16-launch"] = ("--inductor", "triton.enable_pd
 def test_four_paths_same_first_losses(tmp_path, case):
     test_run = case if case in TEST_RUNS else "ppo-device-envs-bf16"
     eager = first_losses(test_run, str(tmp_path / "eager"))
-    tolerance = {"rtol": 2e-2, "atol": 1e-3} if TEST_RUNS[test_run].bf16 else {"rtol": 1e-3, "atol": 1e-5}
+    tolerance = {"rtol": 2e-2, "atol": 1e-3} if TEST_RUNS[test_run].loose else {"rtol": 1e-3, "atol": 1e-5}
     peer = {} if COMPILED_FLAGS[case] else {"reduce-overhead": REDUCE_OVERHEAD}  # one --inductor flag per run
     for name, path_flags in {**PATHS, **peer}.items():
         extra = COMPILED_FLAGS[case] if "--compile" in path_flags else ()
