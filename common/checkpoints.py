@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import os
 import pickle
 import random
@@ -126,6 +127,13 @@ def load_checkpoint(path: str, args, mmap: bool = False) -> dict:
     check(not changed, f"--resume {path}: saved with " + ", ".join(
         f"--{name.replace('_', '-')} {saved['args'].get(name)} (not {now.get(name)})" for name in changed)
         + "; pass the saved flags (the run folder's args.json has them all)")
+    summary_path = os.path.join(os.path.dirname(path), "summary.json")
+    if os.path.exists(summary_path):  # the checkpoint a finished run saved at its end has nothing left to run
+        with open(summary_path) as f:
+            summary = json.load(f)
+        check(summary.get("status") != "done" or summary.get("steps") != saved.get("global_step"),
+              f"--resume {path}: that run finished ({summary.get('steps')} steps, status done): nothing to resume; "
+              f"evaluate it with python scripts/evaluate.py {os.path.dirname(path)}")
     return saved
 
 

@@ -71,7 +71,7 @@ def make_env(
         # every script copies them out at once (EnvLink.send), so a defensive copy per step buys nothing.
         envs = vector_cls([thunk(i) for i in range(num_envs)], autoreset_mode=mode, copy=False)
     except gym.error.DependencyNotInstalled as err:
-        raise _missing_extra(env_id, err) from None
+        raise missing_extra(env_id, err) from None
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
@@ -125,7 +125,7 @@ def action_space(env_id: str, backend: str = "gymnasium") -> gym.Space:
     try:
         env = gym.make(_spec(env_id))
     except gym.error.DependencyNotInstalled as err:
-        raise _missing_extra(env_id, err) from None
+        raise missing_extra(env_id, err) from None
     space = env.action_space
     env.close()
     return space
@@ -140,9 +140,11 @@ def _spec(env_id: str):
         ) from None
 
 
-def _missing_extra(env_id: str, err: Exception) -> UserError:
-    if "moviepy" in str(err).lower():
-        return UserError("--capture-video needs moviepy: pip install -e '.[video]' (or drop --capture-video)")
+def missing_extra(env_id: str, err: Exception) -> UserError:
+    """The one line for a package gymnasium found missing: the project's extra that brings it."""
+    if "moviepy" in str(err).lower() or "pygame" in str(err).lower():
+        return UserError("--capture-video needs moviepy and a renderer: pip install -e '.[video]' (or drop "
+                         "--capture-video)")
     if "mujoco" in str(err).lower():
         return UserError(f"{env_id} needs an extra package ({err}); install it: pip install -e '.[mujoco]'")
     return UserError(f"{env_id} needs an extra package: {err}")

@@ -22,6 +22,7 @@ import torch
 import tyro
 
 from turborl.cli import UserError, check, cli
+from turborl.envs import missing_extra
 
 
 @dataclass
@@ -64,7 +65,7 @@ def main(args: Args) -> dict:
             env = gym.wrappers.RecordVideo(env, os.path.join(folder, "eval-videos"), episode_trigger=lambda _: True,
                                            disable_logger=True)
     except gym.error.DependencyNotInstalled as err:
-        raise UserError(f"{env_id} or --capture-video needs an extra package: {err}") from None
+        raise missing_extra(env_id, err) from None
     except gym.error.Error as err:
         raise UserError(f"cannot make {env_id!r} ({err}); pass a registered --env-id") from None
     if mask_velocity:
@@ -73,7 +74,7 @@ def main(args: Args) -> dict:
     try:
         returns, lengths = run_episodes(policy, env, args)
     except gym.error.DependencyNotInstalled as err:  # rendering for --capture-video
-        raise UserError(f"--capture-video needs a renderer: {err} (or pip install -e '.[video]')") from None
+        raise missing_extra(env_id, err) from None
     env.close()
     result = {"policy": path, "env_id": env_id, "episodes": args.episodes, "mean_return": float(np.mean(returns)),
               "std_return": float(np.std(returns)), "returns": returns, "lengths": lengths}

@@ -267,3 +267,44 @@ def test_evaluate_takes_a_run_folder_and_refuses_an_env_the_policy_does_not_fit(
     assert unsaved.returncode == 0, unsaved.stderr[-2000:]
     assert_user_error(evaluate(run_dir_of(tmp_path / "unsaved")), "holds 0 exported policies",
                       "python algos/dqn.py --env-id CartPole-v1 --seed 3 --save-model")
+
+
+def test_capture_video_without_moviepy_names_the_same_extra_in_training_and_evaluation(tmp_path):
+    hidden = tmp_path / "without_moviepy" / "moviepy"  # first on the path: `import moviepy` fails as if missing
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError(\"No module named 'moviepy'\")\n")
+    env = {"PYTHONPATH": str(hidden.parent)}
+    flags = ["--total-timesteps", "600", "--learning-starts", "300"]
+    assert_user_error(run_script("dqn", *flags, "--capture-video", "--runs-dir", str(tmp_path / "a"), env=env),
+                      "--capture-video", "pip install -e '.[video]'")
+    result = run_script("dqn", *flags, "--save-model", "--runs-dir", str(tmp_path / "b"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    evaluation = subprocess.run([sys.executable, "scripts/evaluate.py", run_dir_of(tmp_path / "b"), "--capture-video",
+                                 "--episodes", "1"], cwd=ROOT, capture_output=True, text=True, check=False,
+                                env={**os.environ, **env})
+    assert_user_error(evaluation, "--capture-video", "pip install -e '.[video]'")
+
+
+def test_kill_9_while_a_checkpoint_is_written_leaves_the_previous_one_whole(tmp_path):
+    """SIGKILL as soon as a checkpoint's temporary file appears (the write under way; if no poll catches one, at
+    the first chance after): every checkpoint left loads, and the newest resumes the run to its budget."""
+    flags = ["--total-timesteps", "30000", "--learning-starts", "500", "--buffer-size", "30000", "--save-model",
+             "--checkpoint-every", "1000"]
+    process = subprocess.Popen([sys.executable, os.path.join(ROOT, "algos", "dqn.py"), *flags,
+                                "--runs-dir", str(tmp_path / "a")], cwd=ROOT, stderr=subprocess.DEVNULL)
+    while process.poll() is None:
+        writing = glob.glob(str(tmp_path / "a" / "*" / "*.tmp"))
+        if writing and glob.glob(str(tmp_path / "a" / "*" / "dqn-step*.pt")):
+            break
+        time.sleep(0.001)
+    process.kill()
+    process.wait()
+    run_dir = run_dir_of(tmp_path / "a")
+    assert not os.path.exists(os.path.join(run_dir, "summary.json")) or process.returncode == 0
+    kept = sorted(glob.glob(os.path.join(run_dir, "dqn-step*.pt")), key=os.path.getmtime)
+    assert kept, os.listdir(run_dir)
+    for path in kept:
+        assert torch.load(path, weights_only=False)["global_step"] > 0  # whole: it loads
+    result = run_script("dqn", *flags, "--resume", kept[-1], "--runs-dir", str(tmp_path / "b"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert read_json(os.path.join(run_dir_of(tmp_path / "b"), "summary.json"))["steps"] == 30000

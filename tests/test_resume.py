@@ -72,7 +72,8 @@ def test_resume_errors_are_one_clear_line(tmp_path):
     (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
     assert_user_error(run_script("dqn", "--resume", str(tmp_path / "bad.pt"), "--runs-dir", str(tmp_path)),
                       "not a readable checkpoint")
-    checkpoint = saved_checkpoint("dqn", tmp_path / "a", "--total-timesteps", "600", "--learning-starts", "300")
+    checkpoint = saved_checkpoint("dqn", tmp_path / "a", "--total-timesteps", "600", "--learning-starts", "300",
+                                  "--checkpoint-every", "400")
     assert_user_error(run_script("dqn", "--total-timesteps", "900", "--learning-starts", "300", "--resume", checkpoint,
                                  "--runs-dir", str(tmp_path / "b")), "--total-timesteps 600", "saved flags")
     # Every flag that changes what the run computes is compared, all differences named in one line.
@@ -83,8 +84,13 @@ def test_resume_errors_are_one_clear_line(tmp_path):
     assert_user_error(run_script("ppo", "--resume", checkpoint, "--runs-dir", str(tmp_path / "b")),
                       "saved by algos/dqn.py", "python algos/dqn.py --resume")
     assert not os.path.exists(tmp_path / "b")  # a resume that fails leaves no run folder
+    # A finished run's own last checkpoint has nothing left to run.
+    assert_user_error(run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--resume", checkpoint,
+                                 "--runs-dir", str(tmp_path / "b")), "that run finished", "scripts/evaluate.py")
+    assert not os.path.exists(tmp_path / "b")  # a resume that fails leaves no run folder
     # Flags of how it runs (not what it computes) may differ.
-    result = run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--resume", checkpoint,
+    [periodic] = glob.glob(str(tmp_path / "a" / "*" / "dqn-step400.pt"))
+    result = run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--resume", periodic,
                         "--log-every", "7", "--no-cuda", "--runs-dir", str(tmp_path / "c"))
     assert result.returncode == 0, result.stderr[-2000:]
 
