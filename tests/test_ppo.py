@@ -65,7 +65,7 @@ def test_hidden_size_sets_the_width_of_actor_and_critic(tmp_path):
     run_dir = run_main("ppo_device_envs", ["--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "32",
                                            "--total-timesteps", "64", "--hidden-size", "24", "--save-model"],
                        str(tmp_path))
-    agent = torch.load(os.path.join(run_dir, "ppo.pt"), weights_only=False)["agent"]
+    agent = torch.load(os.path.join(run_dir, "ppo_device_envs.pt"), weights_only=False)["agent"]
     widths = {name: tuple(tensor.shape) for name, tensor in agent.items() if name.endswith("weight")}
     assert widths == {"critic.0.weight": (24, 3), "critic.2.weight": (24, 24), "critic.4.weight": (1, 24),
                       "actor.0.weight": (24, 3), "actor.2.weight": (24, 24), "actor.4.weight": (1, 24)}
