@@ -100,10 +100,14 @@ class GracefulStop:
             self._previous = None
 
 
+# The flags that size what a run holds on its device, named when it runs out of memory.
+MEMORY_FLAGS = ("num_envs", "buffer_size", "batch_size", "num_steps")
+
+
 def cli(main: Callable[[T], dict | None], args_type: type[T], argv: list[str] | None = None) -> None:
     """Parse `args_type` with tyro and run `main`. One line and an exit code instead of a traceback for user
-    errors (2), a run that stopped itself on a non-finite loss (3) and Ctrl-C (130); `main` returns the run's
-    summary, whose `status` says how the loop ended."""
+    errors and a device out of memory (2), a run that stopped itself on a non-finite loss (3) and Ctrl-C (130);
+    `main` returns the run's summary, whose `status` says how the loop ended."""
     import tyro
 
     args = tyro.cli(args_type, args=argv, description=(sys.modules[main.__module__].__doc__ or "").strip())
@@ -118,6 +122,11 @@ def cli(main: Callable[[T], dict | None], args_type: type[T], argv: list[str] | 
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the loop
         print("interrupted: the run folder keeps the metrics and the last periodic checkpoint", file=sys.stderr)
         raise SystemExit(130) from None
+    except torch.OutOfMemoryError:  # the script's `finally` has written summary.json (failed); checkpoints stay
+        sizes = [f"--{name.replace('_', '-')}" for name in MEMORY_FLAGS if getattr(args, name, None) is not None]
+        print(f"error: the device ran out of memory; lower {' or '.join(sizes) or 'the run size'} (the run folder "
+              "keeps the metrics and the last periodic checkpoint)", file=sys.stderr)
+        raise SystemExit(2) from None
     code = GracefulStop.EXIT_CODES.get(summary.get("status"))
     if code is not None:
         raise SystemExit(code)

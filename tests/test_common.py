@@ -231,3 +231,22 @@ def test_a_runs_inductor_options_reach_its_compiles_and_no_later_run():
 
     assert not vectorized(RunArgs(compile=True, inductor=["cpp.simdlen=1"]))
     assert vectorized(RunArgs(compile=True)) and torch._inductor.config.cpp.simdlen is None
+
+
+def test_scripts_run_torch_on_one_thread_unless_told():
+    """Tiny networks on a shared CPU: one thread by default (results/experiments/cpu-threads), --threads to raise it."""
+    from turborl.cli import cli
+
+    seen = []
+
+    def main(args):
+        seen.append(torch.get_num_threads())
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        cli(main, RunArgs, [])
+        cli(main, RunArgs, ["--threads", "2"])
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1, 2]

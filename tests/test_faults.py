@@ -308,3 +308,30 @@ def test_kill_9_while_a_checkpoint_is_written_leaves_the_previous_one_whole(tmp_
     result = run_script("dqn", *flags, "--resume", kept[-1], "--runs-dir", str(tmp_path / "b"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert read_json(os.path.join(run_dir_of(tmp_path / "b"), "summary.json"))["steps"] == 30000
+
+
+def test_running_out_of_device_memory_mid_run_is_one_line_and_keeps_the_run(tmp_path, monkeypatch, capsys):
+    """An out-of-memory error where the loop runs (made here by the progress call at step 1,500, after the periodic
+    checkpoint at 1,000): one line naming the flags that size the run, exit 2, a whole summary, a checkpoint."""
+    from algos import dqn
+    from turborl.cli import cli
+    from turborl.logger import RunLogger
+
+    progress = RunLogger.progress
+
+    def run_out(logger, step):
+        progress(logger, step)
+        if step >= 1500:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(RunLogger, "progress", run_out)
+    with pytest.raises(SystemExit) as exit_info:
+        cli(dqn.main, dqn.Args, ["--total-timesteps", "3000", "--learning-starts", "500", "--save-model",
+                                 "--checkpoint-every", "1000", "--runs-dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert lines == ["error: the device ran out of memory; lower --num-envs or --buffer-size or --batch-size (the "
+                     "run folder keeps the metrics and the last periodic checkpoint)"]
+    run_dir = run_dir_of(tmp_path)
+    assert read_json(os.path.join(run_dir, "summary.json"))["status"] == "failed"
+    assert os.path.exists(os.path.join(run_dir, "dqn-step1000.pt")) and metric(run_dir, "episodic_return")

@@ -69,3 +69,10 @@ def test_hidden_size_sets_the_width_of_actor_and_critic(tmp_path):
     widths = {name: tuple(tensor.shape) for name, tensor in agent.items() if name.endswith("weight")}
     assert widths == {"critic.0.weight": (24, 3), "critic.2.weight": (24, 24), "critic.4.weight": (1, 24),
                       "actor.0.weight": (24, 3), "actor.2.weight": (24, 24), "actor.4.weight": (1, 24)}
+
+
+def test_a_budget_that_is_not_whole_rollouts_is_said_once(tmp_path):
+    result = run_script("ppo", "--total-timesteps", "1000", "--num-steps", "128", "--runs-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+    assert notes == ["note: --total-timesteps 1000 runs as 512 steps, whole rollouts of num-envs x num-steps = 512"]
