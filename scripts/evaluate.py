@@ -5,8 +5,8 @@
 
 A checkpoint (`.pt`) is evaluated through the policy that `--save-model` exported next to it (`.pt2`, a
 torch.export program: observation batch in, action batch out), so any algorithm's run evaluates the same way.
-A recurrent policy (algos/ppo_lstm.py) also takes and returns its state, which is carried through each episode
-from zeros; a run trained with --mask-velocity is evaluated on the same masked observations.
+A recurrent policy (algos/ppo_lstm.py, ppo_lstm_device_envs.py) also takes and returns its state, which is carried
+through each episode from zeros; a run trained with --mask-velocity is evaluated on the same masked observations.
 """
 
 from __future__ import annotations

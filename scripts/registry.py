@@ -92,7 +92,7 @@ class Algorithm:
 TORCH_ENVS_4096 = ("--num-envs", "4096", "--num-steps", "128", "--tf32")
 PENDULUM_OFF_POLICY = ("--env-id", "Pendulum-v1", "--total-timesteps", "450", "--learning-starts", "300",
                        "--log-every", "5")
-# FastTD3's recipe (TD3 and SAC on device envs) at a test's size: 8 envs, small networks and batches (bf16: on CUDA
+# FastTD3's recipe (TD3 and SAC on device envs) at a test's size: 8 envs, small networks and batches (loose: on CUDA
 # their updates run in bfloat16 autocast, which compiled code may round differently).
 DEVICE_OFF_POLICY_SMALL = ("--num-envs", "8", "--total-timesteps", "480", "--learning-starts", "160",
                            "--buffer-size", "1000", "--batch-size", "64", "--critic-hidden-dim", "32",
