@@ -26,7 +26,7 @@ from turborl.cli import RunArgs, check, check_ppo_args, check_run_args, cli, pic
 from turborl.envs import action_space, final_observations, make_env, track_episodes
 from turborl.link import EnvLink, EnvStep
 from turborl.logger import RunLogger
-from turborl.numerics import RunningMeanStd, reverse_scan
+from turborl.numerics import Normalization, draw_noise_, put, reverse_scan
 from turborl.paths import ExecutionPath
 
 
@@ -134,20 +134,15 @@ class DeterministicPolicy(nn.Module):
     """The exported policy: raw observation batch in (normalized with the run's final statistics), the most
     likely action out (argmax, or the Gaussian mean clipped to the action bounds)."""
 
-    def __init__(self, agent: Agent, obs_rms: RunningMeanStd | None, low=None, high=None):
+    def __init__(self, agent: Agent, normalize_obs: nn.Module, space: gym.Space):
         super().__init__()
-        self.agent, self.normalize = agent, obs_rms is not None
-        if obs_rms is not None:
-            self.register_buffer("obs_mean", obs_rms.mean.clone())
-            self.register_buffer("obs_var", obs_rms.var.clone())
-        if low is not None:
-            self.register_buffer("low", torch.as_tensor(low, dtype=torch.float32))
-            self.register_buffer("high", torch.as_tensor(high, dtype=torch.float32))
+        self.agent, self.normalize_obs = agent, normalize_obs
+        if not agent.discrete:
+            self.register_buffer("low", torch.as_tensor(space.low, dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(space.high, dtype=torch.float32))
 
     def forward(self, obs):
-        if self.normalize:
-            obs = ((obs - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp(-10, 10)
-        action = self.agent.deterministic(obs)
+        action = self.agent.deterministic(self.normalize_obs(obs))
         return action if self.agent.discrete else torch.max(torch.min(action, self.high), self.low)
 
 
@@ -187,16 +182,13 @@ def main(args: Args) -> dict:
           f"PPO here takes flat Box observations but {args.env_id} has {obs_space}; pick e.g. CartPole-v1")
     logger = RunLogger(args, "ppo", args.total_timesteps, device, run_root=args.runs_dir)
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, obs_space.shape[0]
-    batch_size = n_envs * num_steps
-    minibatch_size = batch_size // args.num_minibatches
-    action_shape = () if discrete else space.shape
-    n_out = int(space.n) if discrete else space.shape[0]
+    batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches
+    action_shape, n_out = ((), int(space.n)) if discrete else (space.shape, space.shape[0])  # n_out: policy outputs
 
     # ALGO LOGIC: the agent, its optimizer, the rollout storage and normalization statistics, on the device
     agent = Agent(obs_dim, n_out, discrete).to(device)
     lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it
-    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
-                                 capturable=path.capturable_with_lr_tensor)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=path.capturable_with_lr_tensor)
     obs_buf = torch.zeros(num_steps, n_envs, obs_dim, device=device)
     actions = torch.zeros(num_steps, n_envs, *action_shape, dtype=torch.long if discrete else torch.float32,
                           device=device)
@@ -214,42 +206,25 @@ def main(args: Args) -> dict:
     minibatches = permutations.view(-1, minibatch_size)  # every epoch's minibatches, in order
     step_index = torch.zeros((), dtype=torch.long, device=device)
     last_slot = torch.tensor(num_steps - 1, device=device)
-    obs_rms, return_rms = RunningMeanStd((obs_dim,), device), RunningMeanStd((), device)
-    discounted_return = torch.zeros(n_envs, device=device)
+    normalization = Normalization(args.normalize, (obs_dim,), n_envs, args.gamma, device)
     action_low = torch.as_tensor(space.low if not discrete else 0, dtype=torch.float32, device=device)
     action_high = torch.as_tensor(space.high if not discrete else 0, dtype=torch.float32, device=device)
     metric_names = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"]
     metrics = torch.zeros(len(metric_names), device=device)  # the last minibatch's, read when logging
 
-    def put(storage, index, value):
-        """storage[index] = value for a 0-dim device index: plain indexing would read the index on the host."""
-        storage.index_copy_(0, index.view(1), value.unsqueeze(0))
-
-    def normalize_obs(obs, update: bool):
-        if not args.normalize:
-            return obs
-        if update:
-            obs_rms.update(obs)
-        return ((obs - obs_rms.mean) / torch.sqrt(obs_rms.var + 1e-8)).clamp(-10, 10)
-
     def record(slot, step: EnvStep):
         """Store the envs' answer (reward, episode end, state reached) to the action taken at `slot`."""
-        reward = step.reward
-        if args.normalize:  # gymnasium's NormalizeReward: scale by the std of a discounted return, then clip
-            discounted_return.copy_(discounted_return * args.gamma * (1 - step.terminated) + reward)
-            return_rms.update(discounted_return)
-            reward = (reward / torch.sqrt(return_rms.var + 1e-8)).clamp(-10, 10)
-        put(rewards, slot, reward)
+        put(rewards, slot, normalization.reward(step.reward, step.terminated))  # gymnasium's NormalizeReward, if on
         put(ended, slot, torch.maximum(step.terminated, step.truncated))
         put(truncated_at, slot, step.truncated)
-        put(final_obs_buf, slot, normalize_obs(step.final_obs, update=False))
+        put(final_obs_buf, slot, normalization.obs(step.final_obs, update=False))
 
     def store_and_act(step: EnvStep, first_of_rollout: bool) -> torch.Tensor:
         """Store the answer to the previous action (the rollout's last is stored by `finish_rollout`), then sample
         the action for the next obs and store the obs, action and log-probability at the step's slot."""
         if not first_of_rollout:
             record(step_index - 1, step)
-        obs = normalize_obs(step.next_obs, update=True)
+        obs = normalization.obs(step.next_obs, update=True)
         with torch.no_grad():
             action, logprob = agent.sample(obs, noise.index_select(0, step_index.view(1)).squeeze(0))
         put(obs_buf, step_index, obs)
@@ -264,7 +239,7 @@ def main(args: Args) -> dict:
         step_index.zero_()
         with torch.no_grad():  # the parameters did not change during the rollout: one batched pass
             values.copy_(agent.value(obs_buf))
-            next_value = agent.value(normalize_obs(step.next_obs, update=False))
+            next_value = agent.value(normalization.obs(step.next_obs, update=False))
             # Truncation is not termination: bootstrap through a time limit with the value of the state reached.
             bootstrap = args.gamma * agent.value(final_obs_buf) * truncated_at
         next_values = torch.cat([values[1:], next_value.unsqueeze(0)])
@@ -274,13 +249,6 @@ def main(args: Args) -> dict:
         advantages.copy_(gae.flatten())
         returns.copy_((gae + values).flatten())
         permutations.copy_(torch.rand(args.update_epochs, batch_size, device=device).argsort(dim=1))
-
-    def draw_noise():
-        """The next rollout's noise: Gumbel for categorical actions, standard normal for Gaussian ones."""
-        if discrete:
-            noise.copy_(-torch.log(-torch.log(torch.rand_like(noise))))
-        else:
-            noise.normal_()
 
     b_obs, b_actions = obs_buf.view(batch_size, obs_dim), actions.view(batch_size, *action_shape)
     b_logprobs, b_values = logprobs.view(batch_size), values.view(batch_size)
@@ -324,8 +292,8 @@ def main(args: Args) -> dict:
     episodes = track_episodes("gymnasium", n_envs, device)
     checkpoints = Checkpoints(
         args, logger.dir, "ppo",
-        modules={"agent": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": return_rms},
-        tensors={"discounted_return": discounted_return, "step_index": step_index, "noise": noise})
+        modules={"agent": agent, "optimizer": optimizer, "normalization": normalization},
+        tensors={"step_index": step_index, "noise": noise})
     start_iteration, global_step = 0, 0
     if args.resume:
         envs, saved = checkpoints.resume(envs, link)
@@ -333,7 +301,7 @@ def main(args: Args) -> dict:
         start_iteration, global_step = saved["iteration"], saved["global_step"]
     else:
         link.reset(envs.reset(seed=args.seed)[0])
-        draw_noise()  # the first rollout's
+        draw_noise_(noise, discrete)  # the first rollout's
 
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step}
@@ -354,7 +322,7 @@ def main(args: Args) -> dict:
                 logger.log_episodes(global_step, episodes.after_step(infos))
                 logger.progress(global_step)
             finish()  # the last answer, values, GAE and the minibatch order, on the device
-            draw_noise()  # the next rollout's
+            draw_noise_(noise, discrete)  # the next rollout's
             for minibatch in minibatches:
                 update(minibatch)
             if iteration % log_interval == 0:
@@ -367,8 +335,7 @@ def main(args: Args) -> dict:
                 break
         if args.save_model:
             checkpoints.save("ppo.pt", envs, link, counters())
-            policy = DeterministicPolicy(agent, obs_rms if args.normalize else None,
-                                         *((None, None) if discrete else (space.low, space.high)))
+            policy = DeterministicPolicy(agent, normalization.frozen_obs(), space)
             export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo.pt2"))
     finally:
         envs.close()

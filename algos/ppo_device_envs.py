@@ -24,7 +24,7 @@ from turborl.cli import RunArgs, check, check_ppo_args, check_run_args, cli, pic
 from turborl.envs import action_space, make_env, track_episodes
 from turborl.link import EnvStep
 from turborl.logger import RunLogger, SilentLogger
-from turborl.numerics import RunningMeanStd, reverse_scan
+from turborl.numerics import Normalization, draw_noise_, put, reverse_scan
 from turborl.paths import ExecutionPath
 
 
@@ -156,20 +156,15 @@ class DeterministicPolicy(nn.Module):
     """The exported policy: raw observation batch in (normalized with the run's final statistics), the most
     likely action out (argmax, or the Gaussian mean clipped to the action bounds)."""
 
-    def __init__(self, agent: Agent, obs_rms: RunningMeanStd | None, low=None, high=None):
+    def __init__(self, agent: Agent, normalize_obs: nn.Module, space: gym.Space):
         super().__init__()
-        self.agent, self.normalize = agent, obs_rms is not None
-        if obs_rms is not None:
-            self.register_buffer("obs_mean", obs_rms.mean.clone())
-            self.register_buffer("obs_var", obs_rms.var.clone())
-        if low is not None:
-            self.register_buffer("low", torch.as_tensor(low, dtype=torch.float32))
-            self.register_buffer("high", torch.as_tensor(high, dtype=torch.float32))
+        self.agent, self.normalize_obs = agent, normalize_obs
+        if not agent.discrete:
+            self.register_buffer("low", torch.as_tensor(space.low, dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(space.high, dtype=torch.float32))
 
     def forward(self, obs):
-        if self.normalize:
-            obs = ((obs - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp(-10, 10)
-        action = self.agent.deterministic(obs)
+        action = self.agent.deterministic(self.normalize_obs(obs))
         return action if self.agent.discrete else torch.max(torch.min(action, self.high), self.low)
 
 
@@ -194,6 +189,14 @@ def sum_over_ranks(values: list[float], world: int, device: torch.device) -> lis
         totals = totals.to(device)
         dist.all_reduce(totals)
     return totals.tolist()
+
+
+def average_gradients(params: list[torch.Tensor], world: int) -> None:
+    """Every gradient averaged over the ranks, in one all-reduce of them all (inside the captured update)."""
+    flat = torch.cat([p.grad.flatten() for p in params])
+    dist.all_reduce(flat)
+    averaged = flat.div_(world).split([p.numel() for p in params])
+    torch._foreach_copy_([p.grad for p in params], [g.view_as(p) for g, p in zip(averaged, params, strict=True)])
 
 
 def leave_distributed(params: list[torch.Tensor]) -> float:
@@ -238,19 +241,16 @@ def main(args: Args) -> dict:
     logger = RunLogger(args, "ppo_device_envs", args.total_timesteps, device, run_root=args.runs_dir) if rank == 0 \
         else SilentLogger()  # torchrun: rank 0 logs and saves for all
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, envs.single_observation_space.shape[0]
-    batch_size = n_envs * num_steps
-    minibatch_size = batch_size // args.num_minibatches
     space = envs.single_action_space
-    action_shape = () if discrete else space.shape
-    n_out = int(space.n) if discrete else space.shape[0]
+    batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches
+    action_shape, n_out = ((), int(space.n)) if discrete else (space.shape, space.shape[0])  # n_out: policy outputs
 
     # ALGO LOGIC: the agent, its optimizer, the rollout storage and normalization statistics, on the device
     agent = Agent(obs_dim, n_out, discrete, args.hidden_size, args.bf16).to(device)
     for param in agent.parameters() if world > 1 else []:  # every rank starts from rank 0's parameters
         dist.broadcast(param.data, 0)
     lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it
-    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
-                                 capturable=path.capturable_with_lr_tensor)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=path.capturable_with_lr_tensor)
     obs = torch.zeros(n_envs, obs_dim, device=device)  # what the next action is chosen on
     obs_buf = torch.zeros(num_steps, n_envs, obs_dim, device=device)
     actions = torch.zeros(num_steps, n_envs, *action_shape, dtype=torch.long if discrete else torch.float32,
@@ -264,41 +264,25 @@ def main(args: Args) -> dict:
     permutations = torch.zeros(args.update_epochs, batch_size, dtype=torch.long, device=device)
     minibatches = permutations.view(-1, minibatch_size)  # every epoch's minibatches, in order
     step_index = torch.zeros((), dtype=torch.long, device=device)
-    obs_rms, return_rms = RunningMeanStd((obs_dim,), device), RunningMeanStd((), device)
-    discounted_return = torch.zeros(n_envs, device=device)
+    normalization = Normalization(args.normalize, (obs_dim,), n_envs, args.gamma, device)
     action_low = torch.as_tensor(space.low if not discrete else 0, dtype=torch.float32, device=device)
     action_high = torch.as_tensor(space.high if not discrete else 0, dtype=torch.float32, device=device)
     metric_names = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"]
     metrics = torch.zeros(len(metric_names), device=device)  # the last minibatch's, read when logging
     episodes = track_episodes("torch", n_envs, device, steps_per_read=num_steps)
 
-    def put(storage, index, value):
-        """storage[index] = value for a 0-dim device index: plain indexing would read the index on the host."""
-        storage.index_copy_(0, index.view(1), value.unsqueeze(0))
-
-    def normalize_obs(x, update: bool):
-        if not args.normalize:
-            return x
-        if update:
-            obs_rms.update(x)
-        return ((x - obs_rms.mean) / torch.sqrt(obs_rms.var + 1e-8)).clamp(-10, 10)
-
     def env_step() -> None:
         """Act on `obs`, step the envs, store the whole transition at the step's slot."""
-        normalized_obs = normalize_obs(obs, update=True)
+        normalized_obs = normalization.obs(obs, update=True)
         with torch.no_grad():
             action, logprob = agent.sample(normalized_obs, noise.index_select(0, step_index.view(1)).squeeze(0))
         env_action = action if discrete else action.clamp(action_low, action_high)  # the env gets a valid action
         next_obs, reward, terminated, truncated, infos = envs.step(env_action)
         step = EnvStep(reward, terminated.float(), truncated.float(), infos["final_obs"], next_obs)
-        if args.normalize:  # gymnasium's NormalizeReward: scale by the std of a discounted return, then clip
-            discounted_return.copy_(discounted_return * args.gamma * (1 - step.terminated) + reward)
-            return_rms.update(discounted_return)
-            reward = (reward / torch.sqrt(return_rms.var + 1e-8)).clamp(-10, 10)
+        reward = normalization.reward(reward, step.terminated)  # gymnasium's NormalizeReward, when on
         for storage, value in ((obs_buf, normalized_obs), (actions, action), (logprobs, logprob), (rewards, reward),
-                               (ended, torch.maximum(step.terminated, step.truncated)),
-                               (truncated_at, step.truncated),
-                               (final_obs_buf, normalize_obs(step.final_obs, update=False))):
+                               (ended, torch.maximum(step.terminated, step.truncated)), (truncated_at, step.truncated),
+                               (final_obs_buf, normalization.obs(step.final_obs, update=False))):
             put(storage, step_index, value)
         obs.copy_(step.next_obs)
         episodes.record(infos)
@@ -309,7 +293,7 @@ def main(args: Args) -> dict:
         step_index.zero_()
         with torch.no_grad():  # the parameters did not change during the rollout: one batched pass
             values.copy_(agent.value(obs_buf))
-            next_value = agent.value(normalize_obs(obs, update=False))
+            next_value = agent.value(normalization.obs(obs, update=False))
             # Truncation is not termination: bootstrap through a time limit with the value of the state reached.
             bootstrap = args.gamma * agent.value(final_obs_buf) * truncated_at
         next_values = torch.cat([values[1:], next_value.unsqueeze(0)])
@@ -319,14 +303,6 @@ def main(args: Args) -> dict:
         advantages.copy_(gae.flatten())
         returns.copy_((gae + values).flatten())
         permutations.copy_(torch.rand(args.update_epochs, batch_size, device=device).argsort(dim=1))
-
-    def draw_noise():
-        """The next rollout's noise: Gumbel for categorical actions, standard normal for Gaussian ones. Drawn
-        outside compiled code: compiled code may reorder independent random ops, and the paths would disagree."""
-        if discrete:
-            noise.copy_(-torch.log(-torch.log(torch.rand_like(noise))))
-        else:
-            noise.normal_()
 
     b_obs, b_actions = obs_buf.view(batch_size, obs_dim), actions.view(batch_size, *action_shape)
     b_logprobs, b_values = logprobs.view(batch_size), values.view(batch_size)
@@ -351,11 +327,8 @@ def main(args: Args) -> dict:
         loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
         optimizer.zero_grad()
         loss.backward()
-        if world > 1:  # one all-reduce of every gradient, averaged
-            flat = torch.cat([p.grad.flatten() for p in params])
-            dist.all_reduce(flat)
-            torch._foreach_copy_([p.grad for p in params], [g.view_as(p) for g, p in zip(
-                flat.div_(world).split([p.numel() for p in params]), params, strict=True)])
+        if world > 1:
+            average_gradients(params, world)
         nn.utils.clip_grad_norm_(params, args.max_grad_norm)
         optimizer.step()
         with torch.no_grad():
@@ -367,7 +340,7 @@ def main(args: Args) -> dict:
         for _ in range(num_steps):
             env_step()
         finish_rollout()
-        draw_noise()
+        draw_noise_(noise, discrete)
         for minibatch in minibatches:
             update(minibatch)
 
@@ -379,9 +352,8 @@ def main(args: Args) -> dict:
     # TRY NOT TO MODIFY: checkpoints and resume
     checkpoints = Checkpoints(
         args, logger.dir or "", "ppo_device_envs",
-        modules={"agent": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": return_rms,
-                 "episodes": episodes},
-        tensors={"obs": obs, "discounted_return": discounted_return, "noise": noise})
+        modules={"agent": agent, "optimizer": optimizer, "normalization": normalization, "episodes": episodes},
+        tensors={"obs": obs, "noise": noise})
     recent_returns: collections.deque = collections.deque(maxlen=100)
     start_iteration, global_step = 0, 0
     if args.resume:
@@ -392,7 +364,7 @@ def main(args: Args) -> dict:
         start_iteration, global_step = saved["iteration"], saved["global_step"]
     else:
         obs.copy_(envs.reset(seed=args.seed + rank)[0])
-        draw_noise()  # the first rollout's
+        draw_noise_(noise, discrete)  # the first rollout's
 
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "recent_returns": list(recent_returns)}
@@ -434,8 +406,7 @@ def main(args: Args) -> dict:
             logger.log_episodes(global_step, episodes.read())  # the last iteration's
         if args.save_model and rank == 0:
             checkpoints.save("ppo_device_envs.pt", envs, None, counters())
-            policy = DeterministicPolicy(agent, obs_rms if args.normalize else None,
-                                         *((None, None) if discrete else (space.low, space.high)))
+            policy = DeterministicPolicy(agent, normalization.frozen_obs(), space)
             export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo_device_envs.pt2"))
         completed = True
     finally:

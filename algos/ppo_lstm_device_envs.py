@@ -25,7 +25,7 @@ from turborl.checkpoints import Checkpoints, export_policy
 from turborl.cli import RunArgs, check, check_ppo_args, check_run_args, cli, pick_device, seed_everything
 from turborl.envs import action_space, make_env, track_episodes
 from turborl.logger import RunLogger
-from turborl.numerics import RunningMeanStd, reverse_scan
+from turborl.numerics import Normalization, draw_noise_, put, reverse_scan
 from turborl.paths import ExecutionPath
 
 
@@ -125,15 +125,32 @@ class Agent(nn.Module):
         """The input's share of both LSTMs' gates, for any leading dimensions (one step, or a whole sequence)."""
         return torch.cat([self.actor_encoder(obs), self.critic_encoder(obs)], -1)
 
-    def cell(self, gate_input, h, c):
-        """One step of both LSTMs: (h, c) after an input whose `gate_inputs` are given; the actor's state is the
-        first half of h and c, the critic's the second."""
+    def cell(self, gate_input, h, c, first=None):
+        """One step of both LSTMs: (h, c) after an input whose `gate_inputs` are given, from (h, c) zeroed where
+        `first` is 1 (the input starts an episode); the actor's state is the first half of h and c, the critic's
+        the second."""
+        if first is not None:
+            keep = (1 - first).unsqueeze(-1)
+            h, c = h * keep, c * keep
         size = self.lstm_size
         recurrent = torch.bmm(h.unflatten(-1, (2, size)).transpose(0, 1), self.recurrence)  # 2 x batch x 4 size
         gates = gate_input.unflatten(-1, (2, 4 * size)) + recurrent.transpose(0, 1)  # batch x LSTM x gates
         i, f, g, o = gates.unflatten(-1, (4, size)).unbind(-2)  # per LSTM, gates i, f, g, o
         c = f.sigmoid() * c.unflatten(-1, (2, size)) + i.sigmoid() * g.tanh()
         return (o.sigmoid() * c.tanh()).flatten(-2), c.flatten(-2)
+
+    def unroll(self, obs, first, h, c, cell):
+        """Hidden states (steps x envs x 2 lstm size) over whole sequences of observations (steps x envs x obs),
+        from the state (h, c), zeroed where `first` (steps x envs) marks an episode's start; `cell` runs one step
+        (this module's, compiled). A Python loop over that one compiled step: compiled whole, the loop would unroll
+        into a graph that takes minutes to compile. The sequence is unbound into steps rather than indexed step by
+        step: the backward of each index writes a zero tensor the size of the whole sequence, T^2 memory traffic
+        that made the update several times slower on the GPU."""
+        hidden = []
+        for gate_input, first_step in zip(self.gate_inputs(obs).unbind(0), first.unbind(0), strict=True):
+            h, c = cell(gate_input, h, c, first_step)
+            hidden.append(h)
+        return torch.stack(hidden)
 
     def value(self, hidden):
         return self.critic(hidden[..., self.lstm_size:]).squeeze(-1)
@@ -174,20 +191,15 @@ class DeterministicPolicy(nn.Module):
     episode from zeros for h and c; observations are normalized with the run's final statistics and Gaussian
     means clipped to the action bounds."""
 
-    def __init__(self, agent: Agent, obs_rms: RunningMeanStd | None, low=None, high=None):
+    def __init__(self, agent: Agent, normalize_obs: nn.Module, space: gym.Space):
         super().__init__()
-        self.agent, self.normalize = agent, obs_rms is not None
-        if obs_rms is not None:
-            self.register_buffer("obs_mean", obs_rms.mean.clone())
-            self.register_buffer("obs_var", obs_rms.var.clone())
-        if low is not None:
-            self.register_buffer("low", torch.as_tensor(low, dtype=torch.float32))
-            self.register_buffer("high", torch.as_tensor(high, dtype=torch.float32))
+        self.agent, self.normalize_obs = agent, normalize_obs
+        if not agent.discrete:
+            self.register_buffer("low", torch.as_tensor(space.low, dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(space.high, dtype=torch.float32))
 
     def forward(self, obs, h, c):
-        if self.normalize:
-            obs = ((obs - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp(-10, 10)
-        h, c = self.agent.cell(self.agent.gate_inputs(obs), h, c)
+        h, c = self.agent.cell(self.agent.gate_inputs(self.normalize_obs(obs)), h, c)
         action = self.agent.deterministic(h)
         return (action if self.agent.discrete else torch.max(torch.min(action, self.high), self.low)), h, c
 
@@ -218,16 +230,14 @@ def main(args: Args) -> dict:
                     mask_velocity=args.mask_velocity)
     logger = RunLogger(args, "ppo_lstm_device_envs", args.total_timesteps, device, run_root=args.runs_dir)
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, envs.single_observation_space.shape[0]
-    batch_size, envs_per_minibatch = n_envs * num_steps, n_envs // args.num_minibatches
     space = envs.single_action_space
-    action_shape = () if discrete else space.shape
-    n_out = int(space.n) if discrete else space.shape[0]
+    batch_size, envs_per_minibatch = n_envs * num_steps, n_envs // args.num_minibatches
+    action_shape, n_out = ((), int(space.n)) if discrete else (space.shape, space.shape[0])  # n_out: policy outputs
 
     # ALGO LOGIC: the agent, its optimizer, the recurrent state, the rollout storage and normalization statistics
     agent = Agent(obs_dim, n_out, discrete, args.lstm_size).to(device)
     lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it
-    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
-                                 capturable=path.capturable_with_lr_tensor)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=path.capturable_with_lr_tensor)
     obs = torch.zeros(n_envs, obs_dim, device=device)  # what the next action is chosen on
     first = torch.ones(n_envs, device=device)  # obs is the first of its episode: the LSTM starts from zeros
     # Both LSTMs' states (the actor's, the critic's) before acting on obs
@@ -245,32 +255,19 @@ def main(args: Args) -> dict:
     env_orders = torch.zeros(args.update_epochs, n_envs, dtype=torch.long, device=device)
     minibatches = env_orders.view(-1, envs_per_minibatch)  # every epoch's minibatches of envs, in order
     step_index = torch.zeros((), dtype=torch.long, device=device)
-    obs_rms, return_rms = RunningMeanStd((obs_dim,), device), RunningMeanStd((), device)
-    discounted_return = torch.zeros(n_envs, device=device)
+    normalization = Normalization(args.normalize, (obs_dim,), n_envs, args.gamma, device)
     action_low = torch.as_tensor(space.low if not discrete else 0, dtype=torch.float32, device=device)
     action_high = torch.as_tensor(space.high if not discrete else 0, dtype=torch.float32, device=device)
     metric_names = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"]
     metrics = torch.zeros(len(metric_names), device=device)  # the last minibatch's, read when logging
     episodes = track_episodes("torch", n_envs, device, steps_per_read=num_steps)
 
-    def put(storage, index, value):
-        """storage[index] = value for a 0-dim device index: plain indexing would read the index on the host."""
-        storage.index_copy_(0, index.view(1), value.unsqueeze(0))
-
-    def normalize_obs(x, update: bool):
-        if not args.normalize:
-            return x
-        if update:
-            obs_rms.update(x)
-        return ((x - obs_rms.mean) / torch.sqrt(obs_rms.var + 1e-8)).clamp(-10, 10)
-
     def env_step() -> None:
         """One step of the rollout: act on `obs` with the carried LSTM states, step the envs, and store at the
         step's slot the obs, whether it starts an episode, the action, its log-probability, value and answer."""
-        normalized_obs = normalize_obs(obs, update=True)
-        keep = (1 - first).unsqueeze(1)
+        normalized_obs = normalization.obs(obs, update=True)
         with torch.no_grad():
-            h, c = agent.cell(agent.gate_inputs(normalized_obs), lstm_h * keep, lstm_c * keep)
+            h, c = agent.cell(agent.gate_inputs(normalized_obs), lstm_h, lstm_c, first)
             action, logprob = agent.sample(h, noise.index_select(0, step_index.view(1)).squeeze(0))
             value = agent.value(h)
         next_obs, reward, terminated, truncated, infos = envs.step(
@@ -278,12 +275,9 @@ def main(args: Args) -> dict:
         episodes.record(infos)
         terminated, truncated = terminated.float(), truncated.float()
         with torch.no_grad():  # a time limit is not a termination: bootstrap with the value of the state reached
-            final_h, _ = agent.cell(agent.gate_inputs(normalize_obs(infos["final_obs"], update=False)), h, c)
+            final_h, _ = agent.cell(agent.gate_inputs(normalization.obs(infos["final_obs"], update=False)), h, c)
             bootstrap_value = args.gamma * agent.value(final_h) * truncated
-        if args.normalize:  # gymnasium's NormalizeReward: scale by the std of a discounted return, then clip
-            discounted_return.copy_(discounted_return * args.gamma * (1 - terminated) + reward)
-            return_rms.update(discounted_return)
-            reward = (reward / torch.sqrt(return_rms.var + 1e-8)).clamp(-10, 10)
+        reward = normalization.reward(reward, terminated)  # gymnasium's NormalizeReward, when on
         episode_ended = torch.maximum(terminated, truncated)
         for storage, stored in ((obs_buf, normalized_obs), (first_buf, first), (actions, action),
                                 (logprobs, logprob), (values, value), (rewards, reward), (ended, episode_ended),
@@ -298,9 +292,8 @@ def main(args: Args) -> dict:
     def finish_rollout() -> None:
         """GAE over the rollout and every epoch's order of envs."""
         step_index.zero_()
-        keep = (1 - first).unsqueeze(1)
         with torch.no_grad():
-            h, _ = agent.cell(agent.gate_inputs(normalize_obs(obs, update=False)), lstm_h * keep, lstm_c * keep)
+            h, _ = agent.cell(agent.gate_inputs(normalization.obs(obs, update=False)), lstm_h, lstm_c, first)
             next_value = agent.value(h)
         next_values = torch.cat([values[1:], next_value.unsqueeze(0)])
         not_ended = 1 - ended
@@ -311,33 +304,11 @@ def main(args: Args) -> dict:
         env_orders.copy_(torch.rand(args.update_epochs, n_envs, device=device).argsort(dim=1))
 
     def start_rollout() -> None:
-        """Keep the LSTM state the rollout starts from (the updates re-run each sequence from it) and draw the
-        rollout's noise: Gumbel for categorical actions, standard normal for Gaussian ones. Outside compiled
-        code: compiled code may reorder independent random ops, and the paths would disagree."""
+        """Keep the LSTM state the rollout starts from (the updates re-run each sequence from it); draw the
+        rollout's noise (outside compiled code, see draw_noise_)."""
         initial_h.copy_(lstm_h)
         initial_c.copy_(lstm_c)
-        if discrete:
-            noise.copy_(-torch.log(-torch.log(torch.rand_like(noise))))
-        else:
-            noise.normal_()
-
-    def lstm_step(gate_input, keep, h, c):
-        return agent.cell(gate_input, h * keep, c * keep)
-
-    def unroll(envs_of_minibatch: torch.Tensor) -> torch.Tensor:
-        """The LSTM re-run over the minibatch's env sequences from the rollout's start, the state zeroed where an
-        episode starts: hidden states (steps x envs x lstm size). A Python loop over one compiled step: compiled
-        whole, the loop would unroll into a graph that takes minutes to compile. The sequence is unbound into
-        steps rather than indexed step by step: the backward of each index writes a zero tensor the size of the
-        whole sequence, T^2 memory traffic that made the update several times slower on the GPU."""
-        gate_inputs = agent.gate_inputs(obs_buf.index_select(1, envs_of_minibatch))
-        keep = (1 - first_buf.index_select(1, envs_of_minibatch)).unsqueeze(-1)
-        h, c = initial_h.index_select(0, envs_of_minibatch), initial_c.index_select(0, envs_of_minibatch)
-        hidden = []
-        for gate_input, keep_step in zip(gate_inputs.unbind(0), keep.unbind(0), strict=True):
-            h, c = lstm_step(gate_input, keep_step, h, c)
-            hidden.append(h)
-        return torch.stack(hidden)
+        draw_noise_(noise, discrete)
 
     def update(envs_of_minibatch: torch.Tensor, hidden: torch.Tensor) -> None:
         """One clipped-PPO Adam step on whole env sequences, given the LSTM's hidden states over them."""
@@ -376,20 +347,19 @@ def main(args: Args) -> dict:
             env_step()
         finish_rollout()
         for minibatch in minibatches:
-            update(minibatch, unroll(minibatch))
+            update(minibatch, agent.unroll(obs_buf.index_select(1, minibatch), first_buf.index_select(1, minibatch),
+                                           initial_h[minibatch], initial_c[minibatch], lstm_cell))
 
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture the whole iteration
     env_step, finish_rollout = path.compile(env_step), path.compile(finish_rollout)
-    update, lstm_step = path.compile(update), path.compile(lstm_step)
+    update, lstm_cell = path.compile(update), path.compile(agent.cell)  # the cell of each unroll
     iteration_on_device = path.capture(iteration_on_device)
 
     # TRY NOT TO MODIFY: checkpoints and resume
     checkpoints = Checkpoints(
         args, logger.dir, "ppo_lstm_device_envs",
-        modules={"agent": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": return_rms,
-                 "episodes": episodes},
-        tensors={"obs": obs, "first": first, "lstm_h": lstm_h, "lstm_c": lstm_c,
-                 "discounted_return": discounted_return})
+        modules={"agent": agent, "optimizer": optimizer, "normalization": normalization, "episodes": episodes},
+        tensors={"obs": obs, "first": first, "lstm_h": lstm_h, "lstm_c": lstm_c})
     recent_returns: collections.deque = collections.deque(maxlen=100)
     start_iteration, global_step = 0, 0
     if args.resume:
@@ -433,8 +403,7 @@ def main(args: Args) -> dict:
             logger.log_episodes(global_step, episodes.read())  # the last iteration's
         if args.save_model:
             checkpoints.save("ppo_lstm_device_envs.pt", envs, None, counters())
-            policy = DeterministicPolicy(agent, obs_rms if args.normalize else None,
-                                         *((None, None) if discrete else (space.low, space.high)))
+            policy = DeterministicPolicy(agent, normalization.frozen_obs(), space)
             export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo_lstm_device_envs.pt2"),
                           state_sizes=(2 * args.lstm_size,) * 2)
     finally:

@@ -27,7 +27,7 @@ from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_e
 from turborl.envs import final_observations, make_env, track_episodes
 from turborl.link import EnvLink, EnvStep
 from turborl.logger import RunLogger
-from turborl.numerics import reverse_scan
+from turborl.numerics import put, reverse_scan
 from turborl.paths import ExecutionPath
 
 
@@ -137,8 +137,7 @@ def main(args: Args) -> dict:
     logger = RunLogger(args, "pqn", args.total_timesteps, device, run_root=args.runs_dir)
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, obs_shape[0]
     n_actions = int(envs.single_action_space.n)
-    batch_size = n_envs * num_steps
-    minibatch_size = batch_size // args.num_minibatches
+    batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches
 
     # ALGO LOGIC: the Q-network, its optimizer and the rollout storage, on the device
     q_network = QNetwork(obs_dim, n_actions).to(device)
@@ -159,10 +158,6 @@ def main(args: Args) -> dict:
     env_steps = torch.zeros((), device=device)  # steps acted on, for the epsilon schedule
     epsilon = torch.ones((), device=device)
     metrics = torch.zeros(2, device=device)  # td_loss, q_values of the last minibatch, read when logging
-
-    def put(storage, index, value):
-        """storage[index] = value for a 0-dim device index: plain indexing would read the index on the host."""
-        storage.index_copy_(0, index.view(1), value.unsqueeze(0))
 
     def record(slot, step: EnvStep):
         """Store the envs' answer (reward, episode end, state reached) to the action taken at `slot`."""

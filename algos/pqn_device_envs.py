@@ -23,7 +23,7 @@ from turborl.checkpoints import Checkpoints, export_policy
 from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
 from turborl.envs import make_env, track_episodes
 from turborl.logger import RunLogger
-from turborl.numerics import reverse_scan
+from turborl.numerics import put, reverse_scan
 from turborl.paths import ExecutionPath
 
 
@@ -136,8 +136,7 @@ def main(args: Args) -> dict:
     logger = RunLogger(args, "pqn_device_envs", args.total_timesteps, device, run_root=args.runs_dir)
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, obs_shape[0]
     n_actions = int(envs.single_action_space.n)
-    batch_size = n_envs * num_steps
-    minibatch_size = batch_size // args.num_minibatches
+    batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches
 
     # ALGO LOGIC: the Q-network, its optimizer, the envs' current obs and the rollout storage, on the device
     q_network = QNetwork(obs_dim, n_actions).to(device)
@@ -159,10 +158,6 @@ def main(args: Args) -> dict:
     epsilon = torch.ones((), device=device)
     metrics = torch.zeros(2, device=device)  # td_loss, q_values of the last minibatch, read when logging
     episodes = track_episodes("torch", n_envs, device, steps_per_read=num_steps)
-
-    def put(storage, index, value):
-        """storage[index] = value for a 0-dim device index: plain indexing would read the index on the host."""
-        storage.index_copy_(0, index.view(1), value.unsqueeze(0))
 
     def env_step() -> None:
         """Pick the epsilon-greedy action on `obs`, step the envs, store the whole transition at the step's slot."""

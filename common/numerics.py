@@ -1,10 +1,27 @@
-"""Device-side numerics the scripts share: running statistics for normalization (PPO, TD3 and SAC on device envs),
-a parallel reverse scan for GAE, and the projection of a distributional critic's target. All plain tensor ops
-(the statistics updated in place), so they compile and capture."""
+"""Device-side numerics the scripts share: writes at a device index, the rollout's sampling noise, running
+statistics and the observation and reward normalization built on them (PPO, TD3 and SAC on device envs), a parallel
+reverse scan for GAE, and the projection of a distributional critic's target. All plain tensor ops (state updated
+in place), so they compile and capture."""
 
 from __future__ import annotations
 
 import torch
+from torch import nn
+
+
+def put(storage: torch.Tensor, index: torch.Tensor, value: torch.Tensor) -> None:
+    """storage[index] = value for a 0-dim device index: plain indexing would read the index on the host."""
+    storage.index_copy_(0, index.view(1), value.unsqueeze(0))
+
+
+def draw_noise_(noise: torch.Tensor, discrete: bool) -> None:
+    """A rollout's sampling noise, drawn before it: Gumbel for categorical actions (Gumbel-max), standard normal
+    for Gaussian ones. Call it outside compiled code: compiled code may reorder independent random ops, and the
+    paths would then draw different actions from the same seed."""
+    if discrete:
+        noise.copy_(-torch.log(-torch.log(torch.rand_like(noise))))
+    else:
+        noise.normal_()
 
 
 class RunningMeanStd:
@@ -29,6 +46,60 @@ class RunningMeanStd:
     def load_state_dict(self, state: dict) -> None:
         for name, tensor in self.state_dict().items():
             tensor.copy_(state[name])
+
+
+class Normalization:
+    """gymnasium's NormalizeObservation and NormalizeReward on the device, in place: observations by their running
+    mean and variance, rewards by the running std of a discounted return; both clipped to [-10, 10]. With
+    `enabled` False both pass values through unchanged (and the statistics never move)."""
+
+    def __init__(self, enabled: bool, obs_shape: tuple, n_envs: int, gamma: float, device: torch.device):
+        self.enabled, self.gamma = enabled, gamma
+        self.obs_rms, self.return_rms = RunningMeanStd(obs_shape, device), RunningMeanStd((), device)
+        self.discounted_return = torch.zeros(n_envs, device=device)
+
+    def obs(self, x: torch.Tensor, update: bool) -> torch.Tensor:
+        """x normalized; `update`: fold x into the statistics first (observations the agent acts on)."""
+        if not self.enabled:
+            return x
+        if update:
+            self.obs_rms.update(x)
+        return ((x - self.obs_rms.mean) / torch.sqrt(self.obs_rms.var + 1e-8)).clamp(-10, 10)
+
+    def reward(self, reward: torch.Tensor, terminated: torch.Tensor) -> torch.Tensor:
+        """The reward scaled by the std of each env's discounted return, which restarts after a termination."""
+        if not self.enabled:
+            return reward
+        self.discounted_return.copy_(self.discounted_return * self.gamma * (1 - terminated) + reward)
+        self.return_rms.update(self.discounted_return)
+        return (reward / torch.sqrt(self.return_rms.var + 1e-8)).clamp(-10, 10)
+
+    def frozen_obs(self) -> nn.Module:
+        """The observation normalization with today's statistics, as a module for an exported policy."""
+        return FrozenObsNormalization(self.obs_rms if self.enabled else None)
+
+    def state_dict(self) -> dict:
+        return {"obs_rms": self.obs_rms.state_dict(), "return_rms": self.return_rms.state_dict(),
+                "discounted_return": self.discounted_return}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.obs_rms.load_state_dict(state["obs_rms"])
+        self.return_rms.load_state_dict(state["return_rms"])
+        self.discounted_return.copy_(state["discounted_return"])
+
+
+class FrozenObsNormalization(nn.Module):
+    """Observations normalized with fixed statistics and clipped to [-10, 10]; the identity without statistics."""
+
+    def __init__(self, obs_rms: RunningMeanStd | None):
+        super().__init__()
+        self.enabled = obs_rms is not None
+        if obs_rms is not None:
+            self.register_buffer("mean", obs_rms.mean.clone())
+            self.register_buffer("var", obs_rms.var.clone())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return ((obs - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-10, 10) if self.enabled else obs
 
 
 def reverse_scan(x: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:

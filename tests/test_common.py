@@ -13,6 +13,7 @@ from turborl.cli import RunArgs, UserError, check_run_args, pick_device
 from turborl.envs import final_observations, finished_episodes, make_env, track_episodes
 from turborl.link import EnvLink, EnvStep
 from turborl.logger import RunLogger
+from turborl.numerics import Normalization
 from turborl.paths import ExecutionPath, inductor_option
 
 
@@ -79,6 +80,41 @@ def test_episode_ring_returns_each_ended_episode_once(exceeded):
     assert len(expected) > 50
     assert got == [(float(r), int(length)) for r, length in expected]
     assert ring.read() == []  # nothing twice
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_normalization_is_gymnasiums_normalize_observation_and_reward(enabled):
+    """The statistics CleanRL's continuous PPO gets from gymnasium's NormalizeObservation and NormalizeReward
+    (one env: CleanRL wraps each env before vectorizing), clipped as CleanRL clips them."""
+    import gymnasium as gym
+
+    raw = gym.make("CartPole-v1")
+    wrapped = gym.make("CartPole-v1")
+    if enabled:
+        wrapped = gym.wrappers.NormalizeReward(gym.wrappers.NormalizeObservation(wrapped), gamma=0.9)
+    normalization = Normalization(enabled, (4,), 1, gamma=0.9, device=torch.device("cpu"))
+    def same_obs(raw_obs, wrapped_obs):
+        ours = normalization.obs(torch.as_tensor(raw_obs, dtype=torch.float32)[None], update=True)[0]
+        np.testing.assert_allclose(ours.numpy(), np.clip(wrapped_obs, -10, 10), rtol=1e-4, atol=1e-4)
+
+    same_obs(raw.reset(seed=3)[0], wrapped.reset(seed=3)[0])
+    rng, episodes = np.random.default_rng(0), 0
+    for _ in range(500):  # random actions: many episodes end, so the discounted return restarts
+        action = int(rng.integers(0, 2))
+        raw_obs, reward, terminated, truncated, _ = raw.step(action)
+        wrapped_obs, wrapped_reward, _, _, _ = wrapped.step(action)
+        same_obs(raw_obs, wrapped_obs)
+        ours = normalization.reward(torch.tensor([reward], dtype=torch.float32), torch.tensor([float(terminated)]))
+        np.testing.assert_allclose(ours.numpy(), np.clip([wrapped_reward], -10, 10), rtol=1e-4, atol=1e-5)
+        if terminated or truncated:
+            episodes += 1
+            same_obs(raw.reset()[0], wrapped.reset()[0])
+    assert episodes > 10
+    if enabled:  # the statistics moved: the comparison was not of identities
+        assert normalization.obs_rms.count > 500 and not torch.allclose(normalization.obs_rms.var, torch.ones(4))
+        assert wrapped_reward != reward
+    else:
+        assert normalization.obs_rms.count < 1  # untouched
 
 
 def test_seeded_envs_repeat():

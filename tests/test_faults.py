@@ -98,7 +98,7 @@ def test_exported_policies_reproduce_the_scripts_deterministic_actions(tmp_path)
     checkpoint = torch.load(os.path.join(run_dir, "ppo.pt"), weights_only=False)
     agent = Agent(3, 1, discrete=False)
     agent.load_state_dict(checkpoint["agent"])
-    stats = checkpoint["obs_rms"]
+    stats = checkpoint["normalization"]["obs_rms"]
     with torch.no_grad():
         expected = agent.deterministic(((obs - stats["mean"]) / torch.sqrt(stats["var"] + 1e-8)).clamp(-10, 10))
     exported = torch.export.load(os.path.join(run_dir, "ppo.pt2")).module()

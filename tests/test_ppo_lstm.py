@@ -58,7 +58,7 @@ def test_exported_policy_carries_the_lstm_state(tmp_path):
     checkpoint = torch.load(os.path.join(run_dir, "ppo_lstm_device_envs.pt"), weights_only=False)
     agent = Agent(obs_dim=2, n_out=1, discrete=False, lstm_size=128)  # masked Pendulum: cos and sin only
     agent.load_state_dict(checkpoint["agent"])
-    stats = checkpoint["obs_rms"]
+    stats = checkpoint["normalization"]["obs_rms"]
     exported = torch.export.load(os.path.join(run_dir, "ppo_lstm_device_envs.pt2")).module()
 
     torch.manual_seed(0)
