@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
+from turborl.atari import FRAMES, FrameLink, Games, check_atari_args, make_groups
 from turborl.checkpoints import Checkpoints, export_policy
-from turborl.cli import RunArgs, UserError, check, check_ppo_args, check_run_args, cli, pick_device, seed_everything
+from turborl.cli import RunArgs, check_ppo_args, check_run_args, cli, pick_device, seed_everything
 from turborl.logger import RunLogger
-from turborl.numerics import reverse_scan
+from turborl.numerics import put, reverse_scan
 from turborl.paths import ExecutionPath
-
-FRAMES = (4, 84, 84)  # the stacked observation: 4 grayscale 84x84 frames
 
 
 @dataclass
@@ -69,33 +66,6 @@ class Args(RunArgs):
     """value loss coefficient"""
     max_grad_norm: float = 0.5
     """gradient clipping norm"""
-
-
-def ale_game(env_id: str) -> str:
-    """ale-py's ROM name for an envpool-style id (Breakout-v5 -> breakout, MsPacman-v5 -> ms_pacman)."""
-    try:
-        from ale_py import roms
-    except ImportError:
-        raise UserError('Atari needs ale-py: pip install -e ".[atari]"') from None
-    match = re.fullmatch(r"([A-Z][A-Za-z0-9]*)-v5", env_id)
-    game = re.sub(r"(?<!^)(?=[A-Z])", "_", match.group(1)).lower() if match else None
-    check(game in roms.get_all_rom_ids(), f"{env_id!r} is not an Atari game of ale-py: pass e.g. Breakout-v5, "
-                                          "Pong-v5 or MsPacman-v5 (algos/ppo.py runs gymnasium's other envs)")
-    return game
-
-
-def make_envs(args: Args, num_envs: int):
-    """`num_envs` games of ale-py's C++ vector env, stepped by their share of --env-threads."""
-    game = ale_game(args.env_id)
-    from ale_py.vector_env import AtariVectorEnv
-
-    threads = max(1, (args.env_threads or min(args.num_envs, os.cpu_count() or 1)) * num_envs // args.num_envs)
-    # life_loss_info: an episode ends at a lost life and the game goes on (envpool's episodic_life; ale-py's
-    # episodic_life would restart the game). Unclipped rewards: the score is logged, the sign is learned.
-    return AtariVectorEnv(game, num_envs, num_threads=threads, frameskip=4, stack_num=4,
-                          img_height=84, img_width=84, grayscale=True, maxpool=True, noop_max=30,
-                          repeat_action_probability=0.0, max_num_frames_per_episode=108_000,
-                          life_loss_info=True, reward_clipping=False, use_fire_reset=True, autoreset_mode="SameStep")
 
 
 def layer(module: nn.Module, std: float = math.sqrt(2)) -> nn.Module:
@@ -148,84 +118,22 @@ class GreedyPolicy(nn.Module):
         return self.agent.actor(self.agent.hidden(frames)).argmax(-1)
 
 
-class FrameLink:
-    """Each env step between the C++ envs and the device: the host writes the answer (stacked frames, reward,
-    episode end) into pinned buffers, a hot function copies them to the device (`receive`) and starts the
-    action's copy back (`send_action`); `action()` waits for that copy alone, never for the whole GPU."""
-
-    def __init__(self, n_envs: int, device: torch.device):
-        copying = device.type == "cuda"
-        self.staged = {"frames": torch.zeros(n_envs, *FRAMES, dtype=torch.uint8, pin_memory=copying),
-                       "reward": torch.zeros(n_envs, pin_memory=copying),
-                       "ended": torch.zeros(n_envs, pin_memory=copying)}
-        self.on_device = {k: v.to(device) for k, v in self.staged.items()} if copying else self.staged
-        self.host = {k: v.numpy() for k, v in self.staged.items()}
-        self.action_out = torch.zeros(n_envs, dtype=torch.long, pin_memory=copying)
-        self.event = torch.cuda.Event() if copying else None
-
-    def reset(self, frames: np.ndarray) -> None:
-        self.send(frames, 0.0, 0.0)
-
-    def send(self, frames: np.ndarray, reward, ended) -> None:
-        self.host["frames"][:], self.host["reward"][:], self.host["ended"][:] = frames, reward, ended
-
-    def receive(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        if self.on_device is not self.staged:
-            for name, tensor in self.on_device.items():
-                tensor.copy_(self.staged[name], non_blocking=True)
-        return self.on_device["frames"], self.on_device["reward"], self.on_device["ended"]
-
-    def send_action(self, action: torch.Tensor) -> None:
-        self.action_out.copy_(action, non_blocking=True)
-
-    def action_queued(self) -> None:
-        if self.event is not None:
-            self.event.record()
-
-    def action(self) -> np.ndarray:
-        if self.event is not None:
-            self.event.synchronize()
-        return self.action_out.numpy()
-
-
-class Games:
-    """Whole games, for the log: an episode ends at every lost life, a game when the env restarts it (its lives
-    go back up; games without lives end at every episode end)."""
-
-    def __init__(self, n_envs: int, lives: np.ndarray):
-        self.score, self.length = np.zeros(n_envs), np.zeros(n_envs, dtype=np.int64)
-        self.lives = lives.astype(np.int64)
-
-    def after_step(self, reward: np.ndarray, ended: np.ndarray, lives: np.ndarray) -> list[tuple[float, int]]:
-        self.score += reward
-        self.length += 1
-        over = ended & (lives >= self.lives)
-        finished = [(float(self.score[i]), int(self.length[i])) for i in np.flatnonzero(over)]
-        self.score[over], self.length[over], self.lives[:] = 0.0, 0, lives
-        return finished
-
-
-
 def check_args(args: Args) -> None:
-    check(args.env_backend == "gymnasium", "Atari runs on ale-py's C++ vector env (CPU); leave out --env-backend")
-    check(not args.capture_video, "--capture-video is not supported for Atari here; evaluate with ale-py instead")
+    check_atari_args(args)
     check_ppo_args(args)
-    check(args.num_envs % 2 == 0, f"--num-envs must be even: two groups of games take turns (got {args.num_envs})")
-    check(args.env_threads >= 0, f"--env-threads must be >= 0 (got {args.env_threads})")
 
 
 def main(args: Args) -> dict:
     check_args(args)
     check_run_args(args)
     n_envs, num_steps, group_size = args.num_envs, args.num_steps, args.num_envs // 2
-    groups = [make_envs(args, group_size) for _ in range(2)]  # checks the game id first: no run folder if bad
+    groups = make_groups(args.env_id, n_envs, args.env_threads)  # checks the game id first: no run folder if bad
     device = pick_device(args.cuda)
     path = ExecutionPath(args, device)
     seed_everything(args.seed)
     logger = RunLogger(args, "ppo_atari", args.total_timesteps, device, run_root=args.runs_dir)
     n_actions = int(groups[0].single_action_space.n)
-    batch_size = n_envs * num_steps
-    minibatch_size = batch_size // args.num_minibatches
+    batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches
 
     # ALGO LOGIC: the agent, its optimizer and the rollout storage (frames as uint8), on the device
     agent = Agent(n_actions).to(device)
@@ -245,10 +153,6 @@ def main(args: Args) -> dict:
     metric_names = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"]
     metrics = torch.zeros(len(metric_names), device=device)  # the last minibatch's, read when logging
     links = [FrameLink(group_size, device) for _ in groups]
-
-    def put(storage, index, value):
-        """storage[index] = value for a 0-dim device index: plain indexing would read the index on the host."""
-        storage.index_copy_(0, index.view(1), value.unsqueeze(0))
 
     def record(slot, group: int, reward, episode_ended):
         """Store a group's answer to the action taken at `slot`; the reward's sign is what is learned."""

@@ -1,5 +1,5 @@
-"""Env-only throughput of ale-py's C++ Atari vector env, with algos/ppo_atari.py's settings and random actions:
-the ceiling of the training loop at each number of envs.
+"""Env-only throughput of ale-py's C++ Atari vector env, with the settings of algos/ppo_atari.py and
+algos/pqn_atari.py (common/atari.py) and random actions: the ceiling of the training loop at each number of envs.
 
     python scripts/atari_env_speed.py --num-envs 8 16 32 64 128 --out results/experiments/atari-env/h200.json
 """
@@ -16,9 +16,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from algos.ppo_atari import Args as PPOArgs  # noqa: E402
-from algos.ppo_atari import make_envs  # noqa: E402
 from scripts.benchmark import machine  # noqa: E402
+from turborl.atari import make_envs  # noqa: E402
 
 
 @dataclass
@@ -34,7 +33,7 @@ class Args:
 
 
 def env_steps_per_second(env_id: str, num_envs: int, seconds: float) -> float:
-    envs = make_envs(PPOArgs(env_id=env_id, num_envs=num_envs), num_envs)
+    envs = make_envs(env_id, num_envs, threads=min(num_envs, os.cpu_count() or 1))  # as the scripts thread them
     n_actions = int(envs.single_action_space.n)
     rng = np.random.default_rng(0)
     actions = rng.integers(0, n_actions, (1024, num_envs))

@@ -1,8 +1,8 @@
-"""PPO on Atari (CPU): the frames reach the policy as the env gives them, games are logged whole across lives,
-bad input is one line, and a checkpoint resumes (with new games: the C++ games cannot be saved). The four
-paths' first losses are compared by tests/test_paths.py and tests/test_gpu.py (registry test run ppo-atari)."""
+"""PPO and PQN on Atari (CPU): the frames reach the networks as the env gives them, games are logged whole across
+lives, PQN's Q(lambda) returns against a plain loop, and a checkpoint resumes (with new games: the C++ games cannot
+be saved). The four paths' first losses are compared by tests/test_paths.py and tests/test_gpu.py (registry test
+runs ppo-atari, pqn-atari); bad input by tests/test_bad_input.py."""
 
-import glob
 import json
 import os
 import signal
@@ -13,16 +13,17 @@ import torch
 
 pytest.importorskip("ale_py")
 
-from algos import ppo_atari  # noqa: E402
+from algos import ppo_atari, pqn_atari  # noqa: E402
 from tests.helpers import assert_user_error, metrics_after, run_main, run_script  # noqa: E402
+from turborl import atari  # noqa: E402
 from turborl.logger import RunLogger  # noqa: E402
 
 
 def test_frames_reach_the_policy_stacked_and_scaled_as_the_env_gives_them():
-    envs = ppo_atari.make_envs(ppo_atari.Args(num_envs=2, env_threads=1), 2)
-    link = ppo_atari.FrameLink(2, torch.device("cpu"))
+    envs = atari.make_envs("Breakout-v5", 2, threads=1)
+    link = atari.FrameLink(2, torch.device("cpu"))
     frames, info = envs.reset(seed=3)
-    assert frames.shape == (2, *ppo_atari.FRAMES) and frames.dtype == np.uint8
+    assert frames.shape == (2, *atari.FRAMES) and frames.dtype == np.uint8
     link.reset(frames)
     agent = ppo_atari.Agent(int(envs.single_action_space.n))
     shifts = 0
@@ -44,7 +45,7 @@ def test_frames_reach_the_policy_stacked_and_scaled_as_the_env_gives_them():
 
 
 def test_games_are_logged_whole_across_lost_lives():
-    games = ppo_atari.Games(2, np.array([5, 0]))  # Breakout-like (5 lives) and Pong-like (no lives)
+    games = atari.Games(2, np.array([5, 0]))  # Breakout-like (5 lives) and Pong-like (no lives)
     step = lambda reward, ended, lives: games.after_step(np.array(reward), np.array(ended), np.array(lives))  # noqa: E731
     assert step([4, 1], [False, False], [5, 0]) == []
     assert step([0, -1], [True, False], [4, 0]) == []  # a lost life ends an episode, not the game
@@ -61,7 +62,10 @@ def test_missing_ale_py_says_what_to_install(tmp_path):
     assert_user_error(run_script("ppo_atari", "--runs-dir", str(tmp_path / "runs"), env=env), '".[atari]"')
 
 
-def test_ctrl_c_mid_rollout_leaves_a_checkpoint_that_resumes_to_the_budget(tmp_path, monkeypatch):
+@pytest.mark.parametrize("script, loss, network, output_weight", [
+    ("ppo_atari", "policy_loss", "agent", "actor.weight"), ("pqn_atari", "td_loss", "q_network", "network.13.weight")])
+def test_ctrl_c_mid_rollout_leaves_a_checkpoint_that_resumes_to_the_budget(tmp_path, monkeypatch, script, loss,
+                                                                           network, output_weight):
     flags = ["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "640", "--log-every", "1"]
     progress = RunLogger.progress
 
@@ -71,19 +75,41 @@ def test_ctrl_c_mid_rollout_leaves_a_checkpoint_that_resumes_to_the_budget(tmp_p
             os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(RunLogger, "progress", progress_then_ctrl_c)
-    interrupted = run_main("ppo_atari", [*flags, "--save-model"], str(tmp_path / "interrupted"))
+    interrupted = run_main(script, [*flags, "--save-model"], str(tmp_path / "interrupted"))
     monkeypatch.setattr(RunLogger, "progress", progress)
     with open(os.path.join(interrupted, "summary.json")) as f:
         summary = json.load(f)
     assert summary["status"] == "interrupted" and summary["steps"] == 256, summary  # where the iteration ended
-    saved = torch.load(summary["checkpoint"], weights_only=False)["agent"]
-    resumed = run_main("ppo_atari", [*flags, "--save-model", "--resume", summary["checkpoint"]],
-                       str(tmp_path / "resumed"))
+    saved = torch.load(summary["checkpoint"], weights_only=False)[network]
+    resumed = run_main(script, [*flags, "--save-model", "--resume", summary["checkpoint"]], str(tmp_path / "resumed"))
     with open(os.path.join(resumed, "summary.json")) as f:
         assert json.load(f)["steps"] == 640
     logged = metrics_after(str(tmp_path / "resumed"), -1)
-    assert min(int(step) for step, _, _ in logged) > 256 and any(name == "policy_loss" for _, name, _ in logged)
+    assert min(int(step) for step, _, _ in logged) > 256 and any(name == loss for _, name, _ in logged)
     first_lr = next(float(value) for _, name, value in logged if name == "learning_rate")
     assert first_lr == pytest.approx(2.5e-4 * (1 - 2 / 5))  # the third of five iterations: the counters came back
-    final = torch.load(glob.glob(os.path.join(resumed, "ppo_atari.pt"))[0], weights_only=False)["agent"]
-    assert not torch.equal(final["actor.weight"], saved["actor.weight"])  # it trained on from the checkpoint
+    final = torch.load(os.path.join(resumed, f"{script}.pt"), weights_only=False)[network]
+    assert not torch.equal(final[output_weight], saved[output_weight])  # it trained on from the checkpoint
+    if script == "pqn_atari":  # the exported policy is the greedy one of the final network
+        q_network = pqn_atari.QNetwork(4)  # Breakout's 4 actions
+        q_network.load_state_dict(final)
+        frames = torch.randint(0, 256, (5, *atari.FRAMES)).float()
+        exported = torch.export.load(os.path.join(resumed, "pqn_atari.pt2")).module()
+        assert torch.equal(exported(frames), q_network(frames).argmax(-1))
+
+
+def test_pqn_q_lambda_returns_are_the_recursion_cut_at_every_episode_end():
+    """Against the recursion written as a loop: G_t = r_t + gamma * (1 - ended_t) * (lambda * G_t+1 +
+    (1 - lambda) * v_t+1), the return past the rollout its last max Q."""
+    torch.manual_seed(0)
+    steps, envs, gamma, q_lambda = 9, 3, 0.9, 0.65
+    rewards, next_values = torch.randn(steps, envs), torch.randn(steps, envs)
+    ended = torch.zeros(steps, envs)
+    ended[2, 0] = ended[8, 1] = ended[4, 2] = 1  # one at the rollout's last step
+    expected = torch.zeros(steps, envs)
+    for t in reversed(range(steps)):
+        ahead = next_values[t] if t == steps - 1 else q_lambda * expected[t + 1] + (1 - q_lambda) * next_values[t]
+        expected[t] = rewards[t] + gamma * (1 - ended[t]) * ahead
+    got = pqn_atari.q_lambda_returns(rewards, ended, next_values, gamma, q_lambda)
+    torch.testing.assert_close(got, expected)
+    assert torch.isclose(got[2, 0], rewards[2, 0]) and torch.isclose(got[8, 1], rewards[8, 1])  # nothing beyond
