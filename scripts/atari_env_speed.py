@@ -6,7 +6,6 @@ algos/pqn_atari.py (common/atari.py) and random actions: the ceiling of the trai
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -16,7 +15,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from scripts.benchmark import machine  # noqa: E402
+from scripts.benchmark import save_record  # noqa: E402
 from turborl.atari import make_envs  # noqa: E402
 
 
@@ -56,12 +55,7 @@ def main(args: Args) -> None:
         rate = env_steps_per_second(args.env_id, num_envs, args.seconds)
         rows.append({"num_envs": num_envs, "threads": min(num_envs, os.cpu_count() or 1), "env_steps_per_second": rate})
         print(f"{args.env_id} {num_envs:4d} envs: {rate:10,.0f} env steps/s", flush=True)
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump({"env_id": args.env_id, "library": "ale-py AtariVectorEnv", "rows": rows,
-                       "command": " ".join(["python", "scripts/atari_env_speed.py", *sys.argv[1:]]),
-                       "machine": machine()}, f, indent=1)
+    save_record(args.out, {"env_id": args.env_id, "library": "ale-py AtariVectorEnv", "rows": rows})
 
 
 if __name__ == "__main__":

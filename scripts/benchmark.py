@@ -77,6 +77,17 @@ class Args:
     from being read as the benchmark's own)"""
 
 
+def save_record(path: str | None, record: dict) -> None:
+    """A one-off measurement's JSON (`--out` of the measuring scripts), with the command that made it and the
+    machine; nothing without a path."""
+    if not path:
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    command = " ".join(["python", os.path.relpath(os.path.abspath(sys.argv[0]), ROOT), *sys.argv[1:]])
+    with open(path, "w") as f:
+        json.dump({**record, "command": command, "machine": machine()}, f, indent=1)
+
+
 def machine() -> dict:
     """Where and with what the numbers were measured."""
     import torch

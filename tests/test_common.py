@@ -10,7 +10,7 @@ import torch
 
 from tests.helpers import metric
 from turborl.cli import RunArgs, UserError, check_run_args, pick_device
-from turborl.envs import final_observations, finished_episodes, make_env, track_episodes
+from turborl.envs import EpisodeStatsSyncVectorEnv, final_observations, finished_episodes, make_env, track_episodes
 from turborl.link import EnvLink, EnvStep
 from turborl.logger import RunLogger
 from turborl.numerics import Normalization
@@ -115,6 +115,34 @@ def test_normalization_is_gymnasiums_normalize_observation_and_reward(enabled):
         assert wrapped_reward != reward
     else:
         assert normalization.obs_rms.count < 1  # untouched
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "MountainCar-v0", "Pendulum-v1"])
+def test_our_vector_env_answers_as_gymnasiums_with_episode_statistics(env_id):
+    """make_env's vector env against gymnasium's SyncVectorEnv (same-step autoreset) wrapped in its
+    RecordEpisodeStatistics, step for step: terminations (CartPole), time limits (MountainCar, Pendulum), Box
+    actions (Pendulum)."""
+    import gymnasium as gym
+
+    factories = [lambda: gym.make(env_id) for _ in range(3)]
+    ours = make_env(env_id, 3, seed=5)
+    assert isinstance(ours, EpisodeStatsSyncVectorEnv)
+    theirs = gym.wrappers.vector.RecordEpisodeStatistics(
+        gym.vector.SyncVectorEnv(factories, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP))
+    np.testing.assert_array_equal(ours.reset(seed=5)[0], theirs.reset(seed=5)[0])
+    theirs.action_space.seed(0)
+    ended = 0
+    for _ in range(700):
+        actions = theirs.action_space.sample()
+        mine, gyms = ours.step(actions), theirs.step(actions)
+        for a, b in zip(mine[:4], gyms[:4], strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert ("final_obs" in mine[4]) == ("final_obs" in gyms[4])
+        if "final_obs" in gyms[4]:
+            np.testing.assert_array_equal(final_observations(mine[0], mine[4]), final_observations(gyms[0], gyms[4]))
+        assert finished_episodes(mine[4]) == finished_episodes(gyms[4])
+        ended += len(finished_episodes(gyms[4]))
+    assert ended >= 6  # episodes ended in every env: the comparison crossed autoresets
 
 
 def test_seeded_envs_repeat():
