@@ -108,7 +108,8 @@ def main(args: Args) -> dict:
     # ALGO LOGIC: networks, replay memory and schedule, all on the device and updated in place
     q_network = QNetwork(obs_dim, n_actions).to(device)
     target_network = copy.deepcopy(q_network).requires_grad_(False)
-    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, capturable=path.capturable)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate,
+                                 capturable=path.capturable, fused=path.fused)
     capacity = args.buffer_size
     rb_obs = torch.zeros(capacity, obs_dim, device=device)
     rb_next_obs = torch.zeros(capacity, obs_dim, device=device)

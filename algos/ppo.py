@@ -188,7 +188,8 @@ def main(args: Args) -> dict:
     # ALGO LOGIC: the agent, its optimizer, the rollout storage and normalization statistics, on the device
     agent = Agent(obs_dim, n_out, discrete).to(device)
     lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it
-    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=path.capturable_with_lr_tensor)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
+                                 capturable=path.capturable_with_lr_tensor, fused=path.fused)
     obs_buf = torch.zeros(num_steps, n_envs, obs_dim, device=device)
     actions = torch.zeros(num_steps, n_envs, *action_shape, dtype=torch.long if discrete else torch.float32,
                           device=device)

@@ -139,7 +139,7 @@ def main(args: Args) -> dict:
     agent = Agent(n_actions).to(device)
     lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it
     optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
-                                 capturable=path.capturable_with_lr_tensor)
+                                 capturable=path.capturable_with_lr_tensor, fused=path.fused)
     obs_buf = torch.zeros(num_steps, n_envs, *FRAMES, dtype=torch.uint8, device=device)
     actions = torch.zeros(num_steps, n_envs, dtype=torch.long, device=device)
     logprobs, values, rewards = (torch.zeros(num_steps, n_envs, device=device) for _ in range(3))

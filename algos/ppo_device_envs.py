@@ -208,8 +208,7 @@ def leave_distributed(params: list[torch.Tensor]) -> float:
     diff = (flat - reference).abs().max()
     dist.all_reduce(diff, op=dist.ReduceOp.MAX)
     dist.destroy_process_group()
-    # gloo's threads drop their last collective's tensors just after it returns, and that takes the GIL: an
-    # interpreter already exiting would abort. A short sleep lets them finish first.
+    # gloo's threads free their last collective's tensors after it returns (under the GIL): exiting now would abort.
     time.sleep(0.1)
     return diff.item()
 
@@ -250,7 +249,8 @@ def main(args: Args) -> dict:
     for param in agent.parameters() if world > 1 else []:  # every rank starts from rank 0's parameters
         dist.broadcast(param.data, 0)
     lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it
-    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=path.capturable_with_lr_tensor)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
+                                 capturable=path.capturable_with_lr_tensor, fused=path.fused)
     obs = torch.zeros(n_envs, obs_dim, device=device)  # what the next action is chosen on
     obs_buf = torch.zeros(num_steps, n_envs, obs_dim, device=device)
     actions = torch.zeros(num_steps, n_envs, *action_shape, dtype=torch.long if discrete else torch.float32,

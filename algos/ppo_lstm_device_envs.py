@@ -237,7 +237,8 @@ def main(args: Args) -> dict:
     # ALGO LOGIC: the agent, its optimizer, the recurrent state, the rollout storage and normalization statistics
     agent = Agent(obs_dim, n_out, discrete, args.lstm_size).to(device)
     lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it
-    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=path.capturable_with_lr_tensor)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
+                                 capturable=path.capturable_with_lr_tensor, fused=path.fused)
     obs = torch.zeros(n_envs, obs_dim, device=device)  # what the next action is chosen on
     first = torch.ones(n_envs, device=device)  # obs is the first of its episode: the LSTM starts from zeros
     # Both LSTMs' states (the actor's, the critic's) before acting on obs

@@ -117,6 +117,7 @@ def check_args(args: Args) -> None:
           f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
     check(args.learning_rate > 0 and args.max_grad_norm > 0, "--learning-rate and --max-grad-norm must be positive")
     check(0 <= args.q_lambda <= 1, f"--q-lambda must be in [0, 1] (got {args.q_lambda})")
+    check(not args.fused_optimizer, "--fused-optimizer fuses Adam's step; PQN's RAdam has none: leave it out")
     check(0 <= args.end_e <= args.start_e <= 1, f"need 0 <= --end-e <= --start-e <= 1 (got {args.end_e}, "
                                                 f"{args.start_e})")
     check(0 < args.exploration_fraction <= 1,

@@ -206,13 +206,13 @@ def main(args: Args) -> dict:
     qf = TwinSoftQNetwork(obs_dim, action_dim, args.critic_hidden_dim, args.num_atoms).to(device)
     qf_target = copy.deepcopy(qf).requires_grad_(False)
     q_optimizer = torch.optim.AdamW(qf.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay,
-                                         capturable=path.capturable)
+                                         capturable=path.capturable, fused=path.fused)
     actor_optimizer = torch.optim.AdamW(actor.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay,
-                                        capturable=path.capturable)
+                                        capturable=path.capturable, fused=path.fused)
     target_entropy = -float(action_dim)
     log_alpha = torch.tensor([math.log(args.alpha)], device=device, requires_grad=args.autotune)
     alpha = log_alpha.detach().exp()  # read by the updates; rewritten in place when autotuned
-    a_optimizer = torch.optim.Adam([log_alpha], lr=args.learning_rate, capturable=path.capturable)
+    a_optimizer = torch.optim.Adam([log_alpha], lr=args.learning_rate, capturable=path.capturable, fused=path.fused)
     qf_params, target_params = list(qf.parameters()), list(qf_target.parameters())
     support = torch.linspace(args.v_min, args.v_max, args.num_atoms, device=device)  # the returns' possible values
     obs_rms = RunningMeanStd((obs_dim,), device)

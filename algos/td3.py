@@ -130,8 +130,9 @@ def main(args: Args) -> dict:
     actor = Actor(obs_dim, action_dim, low, high).to(device)
     qf = TwinQNetwork(obs_dim, action_dim).to(device)
     target_actor, qf_target = (copy.deepcopy(m).requires_grad_(False) for m in (actor, qf))
-    q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.learning_rate, capturable=path.capturable)
-    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, capturable=path.capturable)
+    q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.learning_rate, capturable=path.capturable, fused=path.fused)
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate,
+                                       capturable=path.capturable, fused=path.fused)
     online_params = [*actor.parameters(), *qf.parameters()]
     target_params = [*target_actor.parameters(), *qf_target.parameters()]
     action_low = torch.as_tensor(low, dtype=torch.float32, device=device)

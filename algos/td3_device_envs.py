@@ -190,9 +190,9 @@ def main(args: Args) -> dict:
     qf = TwinQNetwork(obs_dim, action_dim, args.critic_hidden_dim, args.num_atoms).to(device)
     qf_target = copy.deepcopy(qf).requires_grad_(False)  # the actor acts for the targets: no target actor
     q_optimizer = torch.optim.AdamW(qf.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay,
-                                         capturable=path.capturable)
+                                         capturable=path.capturable, fused=path.fused)
     actor_optimizer = torch.optim.AdamW(actor.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay,
-                                        capturable=path.capturable)
+                                        capturable=path.capturable, fused=path.fused)
     qf_params, target_params = list(qf.parameters()), list(qf_target.parameters())
     support = torch.linspace(args.v_min, args.v_max, args.num_atoms, device=device)  # the returns' possible values
     obs_rms = RunningMeanStd((obs_dim,), device)

@@ -98,8 +98,8 @@ class Checkpoints:
 
 
 # Flags that change how a run executes or reports, not what it computes: free to differ on --resume.
-FREE_ON_RESUME = {"cuda", "compile", "cudagraphs", "max_autotune", "inductor", "log_every", "save_model",
-                  "checkpoint_every", "resume", "runs_dir", "track", "wandb_project", "wandb_entity",
+FREE_ON_RESUME = {"cuda", "compile", "cudagraphs", "max_autotune", "inductor", "fused_optimizer", "log_every",
+                  "save_model", "checkpoint_every", "resume", "runs_dir", "track", "wandb_project", "wandb_entity",
                   "capture_video", "async_envs", "threads"}
 
 

@@ -38,6 +38,9 @@ class RunArgs:
     """with --compile: inductor options as NAME=VALUE, e.g. `--inductor triton.enable_pdl=True
     combo_kernels=True` (each kernel of a graph launches while the one before it finishes, on Hopper GPUs and
     later; independent small kernels share one launch)"""
+    fused_optimizer: bool = False
+    """Adam's (and AdamW's) step in one fused kernel per optimizer (torch's fused=True) instead of a few
+    multi-tensor kernels: fewer launches per update; pick it by measuring (scripts/benchmark.py)"""
     log_every: int = 100
     """updates between two loss records in the metrics CSV (each record reads the device once)"""
     save_model: bool = False

@@ -39,7 +39,8 @@ logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(
 
 class ExecutionPath:
     """`--compile` and `--cudagraphs` for one run. `capturable`: what the optimizers need (`capturable=True`
-    keeps Adam's step count on the device, as a graph captured without compile needs)."""
+    keeps Adam's step count on the device, as a graph captured without compile needs); `fused`: Adam's step as
+    one fused kernel (`--fused-optimizer`)."""
 
     def __init__(self, args, device: torch.device):
         if args.cudagraphs and device.type != "cuda":
@@ -54,6 +55,7 @@ class ExecutionPath:
         # Adam given its learning rate as a device tensor (annealed in place: PPO) needs capturable=True on CUDA in
         # the paths that do not compile (compiled, the compiled step reads the tensor).
         self.capturable_with_lr_tensor = device.type == "cuda" and not self.compiling
+        self.fused = args.fused_optimizer  # Adam's fused=True: one kernel per optimizer step
         # Keep eager's random kernels: every path draws the same numbers from the same seed.
         self.compile_options = {"fallback_random": True, **inductor_options(args)}
 

@@ -90,6 +90,7 @@ class Algorithm:
 
 # TF32 matmuls: the JAX PPO this task is compared with multiplies float32 matrices in TF32 by default on GPUs.
 TORCH_ENVS_4096 = ("--num-envs", "4096", "--num-steps", "128", "--tf32")
+DQN_SHORT = ("--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency", "2", "--log-every", "5")
 PENDULUM_OFF_POLICY = ("--env-id", "Pendulum-v1", "--total-timesteps", "450", "--learning-starts", "300",
                        "--log-every", "5")
 # FastTD3's recipe (TD3 and SAC on device envs) at a test's size: 8 envs, small networks and batches (loose: on CUDA
@@ -156,24 +157,32 @@ def parity(script: str, env_ids: tuple[str, ...], steps: int, **task) -> tuple[T
 ALGORITHMS = {
     "dqn": Algorithm(
         "dqn", cleanrl=CLEANRL["dqn"],
-        speed=(Task("dqn", "CartPole-v1", steps=60_000, eager_steps=30_000, learning_starts=5_000),),
+        speed=(Task("dqn", "CartPole-v1", steps=60_000, eager_steps=30_000, learning_starts=5_000),
+               Task("dqn", "CartPole-v1", steps=60_000, eager_steps=30_000, learning_starts=5_000, variant="fused",
+                    flags=("--fused-optimizer",), cuda_only=True)),
         learning=(Task("dqn", "CartPole-v1", steps=500_000, eager_steps=50_000),),
         parity=parity("dqn", CLASSIC_CONTROL, 500_000),
-        tests={"dqn": TestRun("dqn", ("--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency",
-                                      "2", "--log-every", "5"), loss="td_loss", checkpoint_every=1000)}),
+        tests={"dqn": TestRun("dqn", DQN_SHORT, loss="td_loss", checkpoint_every=1000),
+               "dqn-fused": TestRun("dqn", (*DQN_SHORT, "--fused-optimizer"), loss="td_loss", checkpoint_every=1000)}),
     "td3": Algorithm(
         "td3", cleanrl=CLEANRL["td3"],
-        speed=(Task("td3", "HalfCheetah-v5", steps=25_000, eager_steps=5_000, learning_starts=2_000),),
+        speed=(Task("td3", "HalfCheetah-v5", steps=25_000, eager_steps=5_000, learning_starts=2_000),
+               Task("td3", "HalfCheetah-v5", steps=25_000, eager_steps=5_000, learning_starts=2_000, variant="fused",
+                    flags=("--fused-optimizer",), cuda_only=True)),
         # Eager TD3/SAC are slow: short eager budgets, the wall-time reference of the return curves.
         learning=(Task("td3", "HalfCheetah-v5", steps=1_000_000, eager_steps=50_000),),
         # Ant ends unhealthy episodes: terminal handling under test, at CleanRL's budget; Ant-v4 is the version
         # CleanRL's published returns used (v5 adds contact forces to the observation and a contact cost).
         long=(Task("td3", "Ant-v5", steps=1_000_000, eager_steps=1_000_000),),
         parity=parity("td3", MUJOCO_V4, 1_000_000),
-        tests={"td3": TestRun("td3", PENDULUM_OFF_POLICY, loss="qf_loss", checkpoint_every=400)}),
+        tests={"td3": TestRun("td3", PENDULUM_OFF_POLICY, loss="qf_loss", checkpoint_every=400),
+               "td3-fused": TestRun("td3", (*PENDULUM_OFF_POLICY, "--fused-optimizer"), loss="qf_loss",
+                                    checkpoint_every=400, gpu_only=True)}),
     "sac": Algorithm(
         "sac", cleanrl=CLEANRL["sac"],
-        speed=(Task("sac", "HalfCheetah-v5", steps=25_000, eager_steps=4_000, learning_starts=2_000),),
+        speed=(Task("sac", "HalfCheetah-v5", steps=25_000, eager_steps=4_000, learning_starts=2_000),
+               Task("sac", "HalfCheetah-v5", steps=25_000, eager_steps=4_000, learning_starts=2_000, variant="fused",
+                    flags=("--fused-optimizer",), cuda_only=True)),
         learning=(Task("sac", "HalfCheetah-v5", steps=1_000_000, eager_steps=30_000),),
         long=(Task("sac", "Ant-v5", steps=1_000_000, eager_steps=1_000_000),),
         parity=parity("sac", MUJOCO_V4, 1_000_000),
@@ -293,8 +302,8 @@ ALGORITHMS = {
         # CleanRL's 8 games cap 10M steps at ~35 minutes (results/experiments/atari-env: their env-only rate).
         # purejaxql's recipe runs 128 games with CleanRL's ratio of updates to env steps (one RAdam step per 64),
         # for the 20-minute target.
-        learning=(Task("pqn_atari", "Breakout-v5", steps=10_000_000, eager_steps=10_000_000, variant="envs128",
-                       flags=PQN_ATARI_128, cuda_only=True),),
+        long=(Task("pqn_atari", "Breakout-v5", steps=10_000_000, eager_steps=10_000_000, variant="envs128",
+                   flags=PQN_ATARI_128, cuda_only=True),),
         parity=parity("pqn_atari", ATARI, 10_000_000, cuda_only=True),
         # Loose: the first losses agree exactly; from the second iteration on they drift ~1e-3 apart per iteration
         # of 4 RAdam steps, with identical actions too (all random: --end-e 1): the compiled LayerNorm CNN rounds

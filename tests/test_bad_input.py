@@ -57,6 +57,7 @@ CASES = [
     ("pqn_atari", ["--num-envs", "0"], ["--num-envs must be even and positive"]),
     ("pqn_atari", ["--num-minibatches", "3"], ["--num-minibatches 3", "1024"]),
     ("pqn_atari", ["--q-lambda", "-1"], ["--q-lambda must be in [0, 1]"]),
+    ("pqn", ["--fused-optimizer"], ["--fused-optimizer", "RAdam"]),
     ("pqn", ["--env-id", "Pendulum-v1"], ["PQN needs a discrete action space", "CartPole-v1"]),
     ("pqn", ["--num-minibatches", "3"], ["--num-minibatches 3", "512"]),
     ("pqn", ["--q-lambda", "1.5"], ["--q-lambda must be in [0, 1]"]),
