@@ -7,17 +7,18 @@ script runs it (a Python loop over one compiled step, the whole function capture
     python scripts/lstm_cell_speed.py --out results/experiments/lstm-cell/h200.json
 
 The hand-written cell takes the input's share of the gates from one matmul over the whole sequence; nn.LSTMCell
-multiplies the input inside every step.
+multiplies the input inside every step. The fourth candidate, `Unroll`, is the hand-written cell with its backward
+through time written by hand: per step one recurrent matmul and one pointwise function each way, and the
+recurrent weights' gradient as one matmul over the whole sequence (tests/test_ppo_lstm.py checks its gradients
+against autograd's).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -25,7 +26,8 @@ from torch import nn
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from algos.ppo_lstm_device_envs import Agent  # noqa: E402
-from scripts.benchmark import machine  # noqa: E402
+from scripts.benchmark import save_record  # noqa: E402
+from turborl.cli import RunArgs  # noqa: E402
 from turborl.paths import ExecutionPath  # noqa: E402
 
 
@@ -85,6 +87,88 @@ class TorchCells(nn.Module):
         return torch.cat([actor_h, critic_h], -1), torch.cat([actor_c, critic_c], -1)
 
 
+def forward_step(gate_input, keep, h, c, recurrence):
+    """One step of the two stacked LSTMs (algos/ppo_lstm_device_envs.py's Agent.cell, state zeroed where `keep` is
+    0), returning what the backward needs: the masked previous state and the gates' activations."""
+    size = recurrence.shape[1]
+    h, c = h * keep, c * keep
+    recurrent = torch.bmm(h.unflatten(-1, (2, size)).transpose(0, 1), recurrence).transpose(0, 1)
+    i, f, g, o = (gate_input.unflatten(-1, (2, 4 * size)) + recurrent).unflatten(-1, (4, size)).unbind(-2)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    c_new = f * c.unflatten(-1, (2, size)) + i * g
+    return (o * c_new.tanh()).flatten(-2), c_new.flatten(-2), h, c, torch.stack([i, f, g, o], -2)
+
+
+def backward_step(dh, dc, activations, c_prev, c_new, keep, recurrence):
+    """The gradients through one step: of its gates (batch x 2 LSTMs x 4 gates x size, flattened) and of the state
+    it started from (zero where the state was reset)."""
+    size = recurrence.shape[1]
+    i, f, g, o = activations.unbind(-2)
+    dh, dc = dh.unflatten(-1, (2, size)), dc.unflatten(-1, (2, size))
+    tanh_c = c_new.unflatten(-1, (2, size)).tanh()
+    dc = dc + dh * o * (1 - tanh_c * tanh_c)
+    dgates = torch.stack([dc * g * i * (1 - i), dc * c_prev.unflatten(-1, (2, size)) * f * (1 - f),
+                          dc * i * (1 - g * g), dh * tanh_c * o * (1 - o)], -2).flatten(-2)  # batch x 2 x 4 size
+    dh_prev = torch.bmm(dgates.transpose(0, 1), recurrence.transpose(1, 2)).transpose(0, 1).flatten(-2)
+    return dgates.flatten(-2), dh_prev * keep, (dc * f).flatten(-2) * keep
+
+
+class Unroll(torch.autograd.Function):
+    """The LSTMs over a whole sequence with a hand-written backward through time: each step one (hidden x 4 hidden)
+    matmul and one pointwise function each way, and the recurrent weights' gradient as one batched matmul over
+    every step at the end (autograd takes one per step and adds them up one by one)."""
+
+    @staticmethod
+    def forward(ctx, gate_inputs, keep, h, c, recurrence, steps):
+        forward_fn, _ = steps
+        hidden, saved = [], []
+        for gate_input, keep_step in zip(gate_inputs.unbind(0), keep.unbind(0), strict=True):
+            h, c, h_prev, c_prev, activations = forward_fn(gate_input, keep_step, h, c, recurrence)
+            hidden.append(h)
+            saved.append((h_prev, c_prev, activations, c))
+        ctx.steps, ctx.saved = steps, saved
+        ctx.save_for_backward(keep, recurrence)
+        return torch.stack(hidden)
+
+    @staticmethod
+    def backward(ctx, dhidden):
+        keep, recurrence = ctx.saved_tensors
+        _, backward_fn = ctx.steps
+        dh, dc = torch.zeros_like(dhidden[0]), torch.zeros_like(dhidden[0])
+        dgates = [None] * len(ctx.saved)
+        for t in reversed(range(len(ctx.saved))):
+            _, c_prev, activations, c_new = ctx.saved[t]
+            dgates[t], dh, dc = backward_fn(dhidden[t] + dh, dc, activations, c_prev, c_new, keep[t], recurrence)
+        dgates = torch.stack(dgates)  # steps x batch x 8 size: the gradient of the gate inputs, as is
+        size = recurrence.shape[1]
+        h_prev = torch.stack([h for h, _, _, _ in ctx.saved])  # steps x batch x 2 size
+        drecurrence = torch.bmm(h_prev.flatten(0, 1).unflatten(-1, (2, size)).transpose(0, 1).transpose(1, 2),
+                                dgates.flatten(0, 1).unflatten(-1, (2, 4 * size)).transpose(0, 1))
+        ctx.saved = None
+        return dgates, None, dh, dc, drecurrence, None
+
+
+class HandWrittenBackward(nn.Module):
+    """The hand-written cell, its training unroll through `Unroll` (the rollout runs the agent's own cell)."""
+
+    def __init__(self, agent: Agent):
+        super().__init__()
+        self.agent = agent
+        self.steps = (forward_step, backward_step)
+
+    def gate_inputs(self, obs):
+        return self.agent.gate_inputs(obs)
+
+    def cell(self, gate_input, h, c):
+        return self.agent.cell(gate_input, h, c)
+
+    def compile_steps(self, path: ExecutionPath) -> None:
+        self.steps = (path.compile(forward_step), path.compile(backward_step))
+
+    def unroll(self, gate_inputs, keep, h, c):
+        return Unroll.apply(gate_inputs, keep, h, c, self.agent.recurrence, self.steps)
+
+
 def synchronize():
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -123,13 +207,21 @@ def measure(lstm: nn.Module, path: ExecutionPath, args: Args) -> dict:
                 h, c = step(lstm.gate_inputs(obs[t]), keep[t], h, c)
         return h
 
+    by_hand = isinstance(lstm, HandWrittenBackward)
+    if by_hand:
+        lstm.compile_steps(path)
+
     def train_unroll():
         gate_inputs = lstm.gate_inputs(obs[:, :minibatch])
         h, c, hidden = h0[:minibatch], h0[:minibatch], []
-        for gate_input, keep_step in zip(gate_inputs.unbind(0), keep[:, :minibatch].unbind(0), strict=True):
-            h, c = step(gate_input, keep_step, h, c)
-            hidden.append(h)
-        torch.stack(hidden).square().mean().backward()
+        if by_hand:  # the whole sequence in one autograd function
+            hidden = lstm.unroll(gate_inputs, keep[:, :minibatch], h, c)
+        else:
+            for gate_input, keep_step in zip(gate_inputs.unbind(0), keep[:, :minibatch].unbind(0), strict=True):
+                h, c = step(gate_input, keep_step, h, c)
+                hidden.append(h)
+            hidden = torch.stack(hidden)
+        hidden.square().mean().backward()
 
     rollout_startup, rollout_seconds = timed(path.capture(rollout), args.repeats)
     train_startup, train_seconds = timed(path.capture(train_unroll), args.repeats)
@@ -143,22 +235,19 @@ def main(args: Args) -> None:
     for path_name, on in (("eager", False), ("compile+cudagraphs", True)):
         for lstm_name, make in (("hand-written", lambda agent: agent),
                                 ("hand-written, a matmul per LSTM", lambda agent: SeparateRecurrences(agent, size)),
-                                ("nn.LSTMCell", lambda agent: TorchCells(agent, size))):
+                                ("nn.LSTMCell", lambda agent: TorchCells(agent, size)),
+                                ("hand-written, backward through time by hand", HandWrittenBackward)):
             torch.manual_seed(0)
             lstm = make(Agent(obs_dim=2, n_out=2, discrete=True, lstm_size=size)).to(device)
-            run_flags = SimpleNamespace(compile=on, cudagraphs=on, max_autotune=False, inductor=[])
+            run_flags = RunArgs(compile=on, cudagraphs=on)
             rows.append({"lstm": lstm_name, "path": path_name,
                          **measure(lstm, ExecutionPath(run_flags, device), args)})
             print(rows[-1], flush=True)
-    print(f"\n{'lstm':32} {'path':20} {'rollout ms':>11} {'train unroll ms':>16} {'startup s':>10}")
+    print(f"\n{'lstm':44} {'path':20} {'rollout ms':>11} {'train unroll ms':>16} {'startup s':>10}")
     for row in rows:
-        print(f"{row['lstm']:32} {row['path']:20} {row['rollout_ms']:11.2f} {row['train_unroll_ms']:16.2f} "
+        print(f"{row['lstm']:44} {row['path']:20} {row['rollout_ms']:11.2f} {row['train_unroll_ms']:16.2f} "
               f"{row['startup_seconds']:10.1f}")
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump({"command": "python " + " ".join(sys.argv), "args": vars(args), "machine": machine(),
-                       "rows": rows}, f, indent=1)
+    save_record(args.out, {"args": vars(args), "rows": rows})
 
 
 if __name__ == "__main__":

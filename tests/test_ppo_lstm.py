@@ -38,6 +38,42 @@ def test_each_lstm_is_torchs_lstm_cell(script):
         torch.testing.assert_close(next_c[:, half], want_c)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_backward_through_time_by_hand_is_autograds(compiled):
+    """scripts/lstm_cell_speed.py's candidate unroll (a hand-written backward, the recurrent weights' gradient in
+    one matmul) against autograd through the scripts' unroll: the same hidden states and gradients of every
+    parameter and of the initial state, with episode starts inside the sequences."""
+    from scripts.lstm_cell_speed import HandWrittenBackward
+    from turborl.cli import RunArgs
+    from turborl.paths import ExecutionPath
+
+    torch.manual_seed(0)
+    dtype = torch.float32 if compiled else torch.float64  # float64: only the order of sums may differ
+    agent = Agent(obs_dim=3, n_out=2, discrete=True, lstm_size=8).to(dtype)
+    candidate = HandWrittenBackward(agent)
+    candidate.compile_steps(ExecutionPath(RunArgs(compile=compiled), torch.device("cpu")))
+    obs = torch.randn(12, 5, 3, dtype=dtype)
+    first = (torch.rand(12, 5) < 0.2).to(dtype)
+    h0 = torch.randn(5, 16, dtype=dtype, requires_grad=True)
+    c0 = torch.randn(5, 16, dtype=dtype, requires_grad=True)
+    weights = torch.randn(12, 5, 16, dtype=dtype)  # a loss that weighs every hidden unit of every step
+
+    def gradients(unroll):
+        agent.zero_grad()
+        h0.grad = c0.grad = None
+        hidden = unroll()
+        (hidden * weights).sum().backward()
+        return [hidden.detach(), h0.grad, c0.grad, *[p.grad.clone() for p in agent.parameters() if p.grad is not None]]
+
+    want = gradients(lambda: agent.unroll(obs, first, h0, c0, agent.cell))
+    got = gradients(lambda: candidate.unroll(agent.gate_inputs(obs), (1 - first).unsqueeze(-1), h0, c0))
+    assert len(got) == len(want) == 3 + 8 + 1  # hidden, h0, c0; two encoders' weights and biases; the recurrence
+    tolerance = {"rtol": 1e-4, "atol": 1e-5} if compiled else {"rtol": 1e-10, "atol": 1e-12}
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, **tolerance)
+    assert first[1:].sum() > 5 and want[-1].abs().max() > 0  # resets inside; the recurrence's gradient is not 0
+
+
 def test_learns_cartpole_without_velocities(tmp_path):
     # Budget measured on CPU (seed 1): the mean of the last 20 episodes reaches 478 in 60k steps; the memoryless
     # MLP PPO with the same settings stays at ~45 over 500k steps (results/experiments/memory).
