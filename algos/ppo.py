@@ -298,7 +298,6 @@ def main(args: Args) -> dict:
     start_iteration, global_step = 0, 0
     if args.resume:
         envs, saved = checkpoints.resume(envs, link)
-        optimizer.param_groups[0]["lr"] = lr  # the device tensor that annealing writes, not the loaded copy
         start_iteration, global_step = saved["iteration"], saved["global_step"]
     else:
         link.reset(envs.reset(seed=args.seed)[0])

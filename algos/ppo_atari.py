@@ -241,7 +241,6 @@ def main(args: Args) -> dict:
     start_iteration, global_step = 0, 0
     if args.resume:
         _, saved = checkpoints.resume(None, link=None)
-        optimizer.param_groups[0]["lr"] = lr  # the device tensor that annealing writes, not the loaded copy
         start_iteration, global_step = saved["iteration"], saved["global_step"]
     else:
         draw_noise()  # the first rollout's

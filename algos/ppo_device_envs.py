@@ -359,7 +359,6 @@ def main(args: Args) -> dict:
     if args.resume:
         check(world == 1, "--resume continues single-process runs; launch it without torchrun")
         envs, saved = checkpoints.resume(envs, link=None)
-        optimizer.param_groups[0]["lr"] = lr  # the device tensor that annealing writes, not the loaded copy
         recent_returns.extend(saved["recent_returns"])
         start_iteration, global_step = saved["iteration"], saved["global_step"]
     else:

@@ -350,7 +350,8 @@ def main(args: Args) -> dict:
         finish_rollout(last)
         for minibatch in minibatches:
             update(minibatch, agent.unroll(obs_buf.index_select(1, minibatch), first_buf.index_select(1, minibatch),
-                                           initial_h[minibatch], initial_c[minibatch], lstm_cell))
+                                           initial_h.index_select(0, minibatch), initial_c.index_select(0, minibatch),
+                                           lstm_cell))
 
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
     link = EnvLink(n_envs, obs_dim, action_shape, actions.dtype, device, envs_on_device=False)
@@ -371,7 +372,6 @@ def main(args: Args) -> dict:
         if restored is envs:  # envs that cannot be saved restart with fresh episodes: fresh LSTM states too
             first.fill_(1.0)
         envs = restored
-        optimizer.param_groups[0]["lr"] = lr  # the device tensor that annealing writes, not the loaded copy
         start_iteration, global_step = saved["iteration"], saved["global_step"]
     else:
         link.reset(envs.reset(seed=args.seed)[0])

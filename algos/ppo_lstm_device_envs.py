@@ -349,7 +349,8 @@ def main(args: Args) -> dict:
         finish_rollout()
         for minibatch in minibatches:
             update(minibatch, agent.unroll(obs_buf.index_select(1, minibatch), first_buf.index_select(1, minibatch),
-                                           initial_h[minibatch], initial_c[minibatch], lstm_cell))
+                                           initial_h.index_select(0, minibatch), initial_c.index_select(0, minibatch),
+                                           lstm_cell))
 
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture the whole iteration
     env_step, finish_rollout = path.compile(env_step), path.compile(finish_rollout)
@@ -365,7 +366,6 @@ def main(args: Args) -> dict:
     start_iteration, global_step = 0, 0
     if args.resume:
         envs, saved = checkpoints.resume(envs, None)
-        optimizer.param_groups[0]["lr"] = lr  # the device tensor that annealing writes, not the loaded copy
         recent_returns.extend(saved["recent_returns"])
         start_iteration, global_step = saved["iteration"], saved["global_step"]
     else:

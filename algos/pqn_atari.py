@@ -25,7 +25,7 @@ from torch import nn
 
 from turborl.atari import FRAMES, FrameLink, Games, check_atari_args, make_groups
 from turborl.checkpoints import Checkpoints, export_policy
-from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
+from turborl.cli import RunArgs, check_pqn_args, check_run_args, cli, pick_device, seed_everything
 from turborl.logger import RunLogger
 from turborl.numerics import put, reverse_scan
 from turborl.paths import ExecutionPath
@@ -112,26 +112,9 @@ def q_lambda_returns(rewards, ended, next_values, gamma: float, q_lambda: float)
     return reverse_scan(x, coef)
 
 
-def check_args(args: Args) -> None:
-    check_atari_args(args)
-    for name in ("num_steps", "num_minibatches", "update_epochs"):
-        check(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive (got {getattr(args, name)})")
-    batch = args.num_envs * args.num_steps
-    check(batch % args.num_minibatches == 0,
-          f"--num-minibatches {args.num_minibatches} must divide num-envs x num-steps = {batch}")
-    check(args.total_timesteps >= batch,
-          f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
-    check(args.learning_rate > 0 and args.max_grad_norm > 0, "--learning-rate and --max-grad-norm must be positive")
-    check(0 <= args.q_lambda <= 1, f"--q-lambda must be in [0, 1] (got {args.q_lambda})")
-    check(not args.fused_optimizer, "--fused-optimizer fuses Adam's step; PQN's RAdam has none: leave it out")
-    check(0 <= args.end_e <= args.start_e <= 1, f"need 0 <= --end-e <= --start-e <= 1 (got {args.end_e}, "
-                                                f"{args.start_e})")
-    check(0 < args.exploration_fraction <= 1,
-          f"--exploration-fraction must be in (0, 1] (got {args.exploration_fraction})")
-
-
 def main(args: Args) -> dict:
-    check_args(args)
+    check_atari_args(args)
+    check_pqn_args(args)
     check_run_args(args)
     n_envs, num_steps, group_size = args.num_envs, args.num_steps, args.num_envs // 2
     groups = make_groups(args.env_id, n_envs, args.env_threads)  # checks the game id first: no run folder if bad
@@ -233,7 +216,6 @@ def main(args: Args) -> dict:
     start_iteration, global_step = 0, 0
     if args.resume:
         _, saved = checkpoints.resume(None, link=None)
-        optimizer.param_groups[0]["lr"] = lr  # the device tensor that annealing writes, not the loaded copy
         start_iteration, global_step = saved["iteration"], saved["global_step"]
     else:
         draw_coins()  # the first rollout's

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from turborl.checkpoints import Checkpoints, export_policy
-from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
+from turborl.cli import RunArgs, check, check_pqn_args, check_run_args, cli, pick_device, seed_everything
 from turborl.envs import make_env, track_episodes
 from turborl.logger import RunLogger
 from turborl.numerics import put, reverse_scan
@@ -107,26 +107,9 @@ def q_lambda_returns(rewards, ended, truncated, next_values, final_values, gamma
     return reverse_scan(x, coef)
 
 
-def check_args(args: Args) -> None:
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):
-        check(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive (got {getattr(args, name)})")
-    batch = args.num_envs * args.num_steps
-    check(batch % args.num_minibatches == 0,
-          f"--num-minibatches {args.num_minibatches} must divide num-envs x num-steps = {batch}")
-    check(args.total_timesteps >= batch,
-          f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
-    check(args.learning_rate > 0 and args.max_grad_norm > 0, "--learning-rate and --max-grad-norm must be positive")
-    check(0 <= args.q_lambda <= 1, f"--q-lambda must be in [0, 1] (got {args.q_lambda})")
-    check(not args.fused_optimizer, "--fused-optimizer fuses Adam's step; PQN's RAdam has none: leave it out")
-    check(0 <= args.end_e <= args.start_e <= 1, f"need 0 <= --end-e <= --start-e <= 1 (got {args.end_e}, "
-                                                f"{args.start_e})")
-    check(0 < args.exploration_fraction <= 1,
-          f"--exploration-fraction must be in (0, 1] (got {args.exploration_fraction})")
-
-
 def main(args: Args) -> dict:
     check_run_args(args)
-    check_args(args)
+    check_pqn_args(args)
     check(args.env_backend == "torch", "PQN on gymnasium envs is algos/pqn.py; here --env-backend is torch")
     device = pick_device(args.cuda)
     path = ExecutionPath(args, device)
@@ -231,7 +214,6 @@ def main(args: Args) -> dict:
     start_iteration, global_step = 0, 0
     if args.resume:
         envs, saved = checkpoints.resume(envs, None)
-        optimizer.param_groups[0]["lr"] = lr  # the device tensor that annealing writes, not the loaded copy
         recent_returns.extend(saved["recent_returns"])
         start_iteration, global_step = saved["iteration"], saved["global_step"]
     else:

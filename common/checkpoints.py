@@ -39,7 +39,12 @@ class Checkpoints:
         """Load `--resume` into this run; returns the envs to use (restored ones when saved) and the counters."""
         saved = load_checkpoint(self.args.resume, self.args)
         for name, module in self.modules.items():
-            module.load_state_dict(saved[name])
+            check(name in saved, f"--resume {self.args.resume}: the checkpoint holds no {name!r} (another version of "
+                                 f"{script_of(self.args)} wrote it); start a new run")
+            if isinstance(module, torch.optim.Optimizer):
+                load_optimizer(module, saved[name])
+            else:
+                module.load_state_dict(saved[name])
         state = saved["resume"]
         with torch.no_grad():
             for name, tensor in self.replay.items():
@@ -95,6 +100,19 @@ class Checkpoints:
         if self.periodic:
             os.remove(self.periodic)
         self.periodic = path
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """A saved optimizer state into this run's optimizer, which keeps how it steps: its learning rate (under PPO
+    and PQN the device tensor that annealing writes in place; load_state_dict would put in a copy), `capturable`
+    and `fused` (set by the path: --compile, --cudagraphs and --fused-optimizer may change on resume, and
+    load_state_dict would take the saved run's and place the step counts by them)."""
+    mine = [{key: group[key] for key in ("lr", "capturable", "fused") if key in group}
+            for group in optimizer.param_groups]
+    optimizer.load_state_dict({**state, "param_groups": [{**saved, **kept} for saved, kept in zip(
+        state["param_groups"], mine, strict=True)]})
+    for group, kept in zip(optimizer.param_groups, mine, strict=True):
+        group["lr"] = kept["lr"]
 
 
 # Flags that change how a run executes or reports, not what it computes: free to differ on --resume.

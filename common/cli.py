@@ -182,6 +182,24 @@ def check_ppo_args(args, whole_sequences: bool = False) -> None:
               f"whole rollouts of num-envs x num-steps = {batch}", file=sys.stderr)
 
 
+def check_pqn_args(args) -> None:
+    """The checks of the hyperparameters every PQN script has."""
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):
+        check(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive (got {getattr(args, name)})")
+    batch = args.num_envs * args.num_steps
+    check(batch % args.num_minibatches == 0,
+          f"--num-minibatches {args.num_minibatches} must divide num-envs x num-steps = {batch}")
+    check(args.total_timesteps >= batch,
+          f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
+    check(args.learning_rate > 0 and args.max_grad_norm > 0, "--learning-rate and --max-grad-norm must be positive")
+    check(0 <= args.q_lambda <= 1, f"--q-lambda must be in [0, 1] (got {args.q_lambda})")
+    check(not args.fused_optimizer, "--fused-optimizer fuses Adam's step; PQN's RAdam has none: leave it out")
+    check(0 <= args.end_e <= args.start_e <= 1, f"need 0 <= --end-e <= --start-e <= 1 (got {args.end_e}, "
+                                                f"{args.start_e})")
+    check(0 < args.exploration_fraction <= 1,
+          f"--exploration-fraction must be in (0, 1] (got {args.exploration_fraction})")
+
+
 def check_fits(items: int, bytes_per_item: int, device: torch.device, what: str, flag: str) -> None:
     """One line instead of an out-of-memory crash when `items` of `bytes_per_item`, which a run allocates at its
     start (a replay memory), exceed the memory available on `device` now; it names a value of `flag` (the flag

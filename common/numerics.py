@@ -1,5 +1,5 @@
 """Device-side numerics the scripts share: writes at a device index, the rollout's sampling noise, running
-statistics and the observation and reward normalization built on them (PPO, TD3 and SAC on device envs), a parallel
+statistics (TD3 and SAC on device envs) and PPO's observation and reward normalization built on them, a parallel
 reverse scan for GAE, and the projection of a distributional critic's target. All plain tensor ops (state updated
 in place), so they compile and capture."""
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -88,15 +89,15 @@ class TorchCells(nn.Module):
 
 
 def forward_step(gate_input, keep, h, c, recurrence):
-    """One step of the two stacked LSTMs (algos/ppo_lstm_device_envs.py's Agent.cell, state zeroed where `keep` is
-    0), returning what the backward needs: the masked previous state and the gates' activations."""
+    """One step of the two stacked LSTMs (algos/ppo_lstm_device_envs.py's Agent.cell, the state zeroed where
+    `keep` is 0): the next h and c, and the gates' activations the backward needs."""
     size = recurrence.shape[1]
     h, c = h * keep, c * keep
     recurrent = torch.bmm(h.unflatten(-1, (2, size)).transpose(0, 1), recurrence).transpose(0, 1)
     i, f, g, o = (gate_input.unflatten(-1, (2, 4 * size)) + recurrent).unflatten(-1, (4, size)).unbind(-2)
     i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
     c_new = f * c.unflatten(-1, (2, size)) + i * g
-    return (o * c_new.tanh()).flatten(-2), c_new.flatten(-2), h, c, torch.stack([i, f, g, o], -2)
+    return (o * c_new.tanh()).flatten(-2), c_new.flatten(-2), torch.stack([i, f, g, o], -2)
 
 
 def backward_step(dh, dc, activations, c_prev, c_new, keep, recurrence):
@@ -114,37 +115,42 @@ def backward_step(dh, dc, activations, c_prev, c_new, keep, recurrence):
 
 
 class Unroll(torch.autograd.Function):
-    """The LSTMs over a whole sequence with a hand-written backward through time: each step one (hidden x 4 hidden)
-    matmul and one pointwise function each way, and the recurrent weights' gradient as one batched matmul over
-    every step at the end (autograd takes one per step and adds them up one by one)."""
+    """The LSTMs over whole sequences (the scripts' Agent.unroll: gate inputs, episode starts `first`, initial h
+    and c) with a hand-written backward through time: each step one (hidden x 4 hidden) matmul and one pointwise
+    function each way, and the recurrent weights' gradient as one batched matmul over every step at the end
+    (autograd takes one per step and adds them up one by one). `steps`: the forward and backward step functions
+    (compiled or not)."""
 
     @staticmethod
-    def forward(ctx, gate_inputs, keep, h, c, recurrence, steps):
+    def forward(ctx, gate_inputs, first, h0, c0, recurrence, steps):
         forward_fn, _ = steps
-        hidden, saved = [], []
+        keep = (1 - first).unsqueeze(-1)
+        h, c, hidden, cells, activations = h0, c0, [], [], []
         for gate_input, keep_step in zip(gate_inputs.unbind(0), keep.unbind(0), strict=True):
-            h, c, h_prev, c_prev, activations = forward_fn(gate_input, keep_step, h, c, recurrence)
+            h, c, step_activations = forward_fn(gate_input, keep_step, h, c, recurrence)
             hidden.append(h)
-            saved.append((h_prev, c_prev, activations, c))
-        ctx.steps, ctx.saved = steps, saved
-        ctx.save_for_backward(keep, recurrence)
-        return torch.stack(hidden)
+            cells.append(c)
+            activations.append(step_activations)
+        hidden = torch.stack(hidden)
+        ctx.steps = steps
+        ctx.save_for_backward(keep, h0, c0, recurrence, hidden, torch.stack(cells), torch.stack(activations))
+        return hidden
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dhidden):
-        keep, recurrence = ctx.saved_tensors
+        keep, h0, c0, recurrence, hidden, cells, activations = ctx.saved_tensors
         _, backward_fn = ctx.steps
-        dh, dc = torch.zeros_like(dhidden[0]), torch.zeros_like(dhidden[0])
-        dgates = [None] * len(ctx.saved)
-        for t in reversed(range(len(ctx.saved))):
-            _, c_prev, activations, c_new = ctx.saved[t]
-            dgates[t], dh, dc = backward_fn(dhidden[t] + dh, dc, activations, c_prev, c_new, keep[t], recurrence)
-        dgates = torch.stack(dgates)  # steps x batch x 8 size: the gradient of the gate inputs, as is
+        h_prev = torch.cat([h0.unsqueeze(0), hidden[:-1]]) * keep  # the state each step started from
+        c_prev = torch.cat([c0.unsqueeze(0), cells[:-1]]) * keep
+        dh, dc, dgates = torch.zeros_like(h0), torch.zeros_like(c0), []
+        for t in reversed(range(len(hidden))):
+            dgate, dh, dc = backward_fn(dhidden[t] + dh, dc, activations[t], c_prev[t], cells[t], keep[t], recurrence)
+            dgates.append(dgate)
+        dgates = torch.stack(dgates[::-1])  # steps x batch x 8 size: also the gradient of the gate inputs
         size = recurrence.shape[1]
-        h_prev = torch.stack([h for h, _, _, _ in ctx.saved])  # steps x batch x 2 size
-        drecurrence = torch.bmm(h_prev.flatten(0, 1).unflatten(-1, (2, size)).transpose(0, 1).transpose(1, 2),
+        drecurrence = torch.bmm(h_prev.flatten(0, 1).unflatten(-1, (2, size)).permute(1, 2, 0),
                                 dgates.flatten(0, 1).unflatten(-1, (2, 4 * size)).transpose(0, 1))
-        ctx.saved = None
         return dgates, None, dh, dc, drecurrence, None
 
 
@@ -165,8 +171,8 @@ class HandWrittenBackward(nn.Module):
     def compile_steps(self, path: ExecutionPath) -> None:
         self.steps = (path.compile(forward_step), path.compile(backward_step))
 
-    def unroll(self, gate_inputs, keep, h, c):
-        return Unroll.apply(gate_inputs, keep, h, c, self.agent.recurrence, self.steps)
+    def unroll(self, gate_inputs, first, h, c):
+        return Unroll.apply(gate_inputs, first, h, c, self.agent.recurrence, self.steps)
 
 
 def synchronize():
@@ -215,7 +221,7 @@ def measure(lstm: nn.Module, path: ExecutionPath, args: Args) -> dict:
         gate_inputs = lstm.gate_inputs(obs[:, :minibatch])
         h, c, hidden = h0[:minibatch], h0[:minibatch], []
         if by_hand:  # the whole sequence in one autograd function
-            hidden = lstm.unroll(gate_inputs, keep[:, :minibatch], h, c)
+            hidden = lstm.unroll(gate_inputs, 1 - keep[:, :minibatch, 0], h, c)
         else:
             for gate_input, keep_step in zip(gate_inputs.unbind(0), keep[:, :minibatch].unbind(0), strict=True):
                 h, c = step(gate_input, keep_step, h, c)

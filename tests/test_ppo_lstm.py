@@ -66,7 +66,7 @@ def test_backward_through_time_by_hand_is_autograds(compiled):
         return [hidden.detach(), h0.grad, c0.grad, *[p.grad.clone() for p in agent.parameters() if p.grad is not None]]
 
     want = gradients(lambda: agent.unroll(obs, first, h0, c0, agent.cell))
-    got = gradients(lambda: candidate.unroll(agent.gate_inputs(obs), (1 - first).unsqueeze(-1), h0, c0))
+    got = gradients(lambda: candidate.unroll(agent.gate_inputs(obs), first, h0, c0))
     assert len(got) == len(want) == 3 + 8 + 1  # hidden, h0, c0; two encoders' weights and biases; the recurrence
     tolerance = {"rtol": 1e-4, "atol": 1e-5} if compiled else {"rtol": 1e-10, "atol": 1e-12}
     for a, b in zip(got, want, strict=True):

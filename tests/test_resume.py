@@ -1,6 +1,7 @@
 """--resume: a run continued from a checkpoint logs exactly what the uninterrupted run logs (CPU), whatever wrote
 the checkpoint; a checkpoint resumes only in the script and with the flags that wrote it."""
 
+import copy
 import glob
 import json
 import os
@@ -11,6 +12,7 @@ import torch
 
 from scripts.registry import CPU_TEST_RUNS, TEST_RUNS
 from tests.helpers import assert_user_error, metrics_after, run_main, run_script
+from turborl.checkpoints import load_optimizer
 from turborl.logger import RunLogger
 
 EXACT = [case for case, test_run in CPU_TEST_RUNS.items() if test_run.exact_resume]
@@ -66,6 +68,26 @@ def saved_checkpoint(script: str, runs_dir, *flags: str) -> str:
     return checkpoint
 
 
+def test_a_resumed_optimizer_steps_as_this_runs_path_says():
+    """--compile, --cudagraphs and --fused-optimizer may change on resume: the loaded optimizer keeps this run's
+    capturable, fused and learning-rate tensor (load_state_dict alone would take the saved run's)."""
+    params = [torch.nn.Parameter(torch.randn(3))]
+    saved_run = torch.optim.Adam(params, lr=1e-3)
+    params[0].grad = torch.ones(3)
+    saved_run.step()
+    state = copy.deepcopy(saved_run.state_dict())
+    lr = torch.tensor(1e-3)  # annealed in place by the loop
+    plain = torch.optim.Adam(params, lr=lr, fused=True)
+    plain.load_state_dict(copy.deepcopy(state))
+    assert not plain.param_groups[0]["fused"] and plain.param_groups[0]["lr"] is not lr  # what this guards against
+    resumed = torch.optim.Adam(params, lr=lr, fused=True)
+    load_optimizer(resumed, copy.deepcopy(state))
+    assert resumed.param_groups[0]["fused"] and resumed.param_groups[0]["lr"] is lr
+    assert resumed.state[params[0]]["step"].item() == 1 and resumed.state[params[0]]["step"].dtype == torch.float32
+    resumed.step()  # the fused step runs on the loaded state
+    assert resumed.state[params[0]]["step"].item() == 2
+
+
 def test_resume_errors_are_one_clear_line(tmp_path):
     assert_user_error(run_script("dqn", "--resume", str(tmp_path / "none.pt"), "--runs-dir", str(tmp_path)),
                       "no such file")
@@ -91,8 +113,15 @@ def test_resume_errors_are_one_clear_line(tmp_path):
     # Flags of how it runs (not what it computes) may differ.
     [periodic] = glob.glob(str(tmp_path / "a" / "*" / "dqn-step400.pt"))
     result = run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--resume", periodic,
-                        "--log-every", "7", "--no-cuda", "--runs-dir", str(tmp_path / "c"))
+                        "--log-every", "7", "--no-cuda", "--fused-optimizer", "--runs-dir", str(tmp_path / "c"))
     assert result.returncode == 0, result.stderr[-2000:]
+    # A checkpoint without a part the script saves (another version wrote it) is named, not a traceback.
+    partial = torch.load(periodic, weights_only=False)
+    del partial["optimizer"]
+    torch.save(partial, tmp_path / "partial.pt")
+    assert_user_error(run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--resume",
+                                 str(tmp_path / "partial.pt"), "--runs-dir", str(tmp_path / "d")),
+                      "holds no 'optimizer'", "start a new run")
 
     torch_checkpoint = saved_checkpoint("dqn", tmp_path / "torch", "--env-backend", "torch", "--total-timesteps",
                                         "600", "--learning-starts", "300")
