@@ -7,12 +7,14 @@ A checkpoint (`.pt`) is evaluated through the policy that `--save-model` exporte
 torch.export program: observation batch in, action batch out), so any algorithm's run evaluates the same way.
 A recurrent policy (algos/ppo_lstm.py, ppo_lstm_device_envs.py) also takes and returns its state, which is carried
 through each episode from zeros; a run trained with --mask-velocity is evaluated on the same masked observations.
+An Atari run (algos/ppo_atari.py, pqn_atari.py) plays whole games, across lost lives, on its training frames.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import zipfile
 from dataclasses import dataclass
 
@@ -59,6 +61,9 @@ def main(args: Args) -> dict:
         policy = EpisodePolicy(torch.export.load(path))
     except Exception:  # a foreign or damaged archive
         raise UserError(corrupt) from None
+    if env_id not in gym.registry and re.fullmatch(r"[A-Z][A-Za-z0-9]*-v5", env_id):  # envpool's Atari naming
+        check(not args.capture_video, "--capture-video: Atari runs are evaluated without video here")
+        return report(path, env_id, *run_games(policy, env_id, args), args)
     try:
         env = gym.make(env_id, render_mode="rgb_array" if args.capture_video else None)
         if args.capture_video:
@@ -76,9 +81,13 @@ def main(args: Args) -> dict:
     except gym.error.DependencyNotInstalled as err:  # rendering for --capture-video
         raise missing_extra(env_id, err) from None
     env.close()
+    return report(path, env_id, returns, lengths, args)
+
+
+def report(path: str, env_id: str, returns: list[float], lengths: list[int], args: Args) -> dict:
     result = {"policy": path, "env_id": env_id, "episodes": args.episodes, "mean_return": float(np.mean(returns)),
               "std_return": float(np.std(returns)), "returns": returns, "lengths": lengths}
-    out = args.out or os.path.join(folder, "evaluation.json")
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(path)), "evaluation.json")
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"{env_id}: return {result['mean_return']:.1f} ± {result['std_return']:.1f} over {args.episodes} "
@@ -166,6 +175,27 @@ def run_episodes(policy, env, args: Args) -> tuple[list[float], list[int]]:
             total, length, done = total + float(reward), length + 1, terminated or truncated
         returns.append(total)
         lengths.append(length)
+    return returns, lengths
+
+
+def run_games(policy, env_id: str, args: Args) -> tuple[list[float], list[int]]:
+    """Whole Atari games (a game goes on across lost lives) on the frames the policy trained on (common/atari.py),
+    with its greedy actions; each game's score and length in env steps."""
+    from turborl.atari import Games, make_envs
+
+    envs = make_envs(env_id, 1, threads=1)
+    returns, lengths = [], []
+    for game in range(args.episodes):
+        frames, info = envs.reset(seed=args.seed + game)
+        games, finished = Games(1, info["lives"]), []
+        while not finished:
+            with torch.no_grad():
+                action = policy(torch.as_tensor(frames, dtype=torch.float32))
+            frames, reward, terminated, truncated, info = envs.step(action.numpy())
+            finished = games.after_step(reward, terminated | truncated, info["lives"])
+        returns.append(finished[0][0])
+        lengths.append(finished[0][1])
+    envs.close()
     return returns, lengths
 
 

@@ -113,3 +113,20 @@ def test_pqn_q_lambda_returns_are_the_recursion_cut_at_every_episode_end():
     got = pqn_atari.q_lambda_returns(rewards, ended, next_values, gamma, q_lambda)
     torch.testing.assert_close(got, expected)
     assert torch.isclose(got[2, 0], rewards[2, 0]) and torch.isclose(got[8, 1], rewards[8, 1])  # nothing beyond
+
+
+def test_evaluate_scores_whole_games_across_lost_lives():
+    """scripts/evaluate.py on an Atari run plays whole games: a policy that always presses FIRE loses Breakout's
+    five lives in one game, and the game's score is every reward of it."""
+    from scripts import evaluate
+
+    fire = lambda frames: torch.ones(frames.shape[0], dtype=torch.long)  # noqa: E731
+    [score], [length] = evaluate.run_games(fire, "Breakout-v5", evaluate.Args(path="", episodes=1, seed=3))
+    envs = atari.make_envs("Breakout-v5", 1, threads=1)  # the same game again, counted by hand
+    envs.reset(seed=3)
+    total, lives_lost = 0.0, 0
+    for _ in range(length):
+        _, reward, terminated, truncated, _ = envs.step(np.ones(1, dtype=np.int64))
+        total, lives_lost = total + reward[0], lives_lost + int(terminated[0] or truncated[0])
+    envs.close()
+    assert lives_lost == 5 and total == score and length > 5 * 20
