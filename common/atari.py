@@ -24,17 +24,23 @@ def check_atari_args(args) -> None:
     check(args.env_threads >= 0, f"--env-threads must be >= 0 (got {args.env_threads})")
 
 
-def ale_game(env_id: str) -> str:
-    """ale-py's ROM name for an envpool-style id (Breakout-v5 -> breakout, MsPacman-v5 -> ms_pacman)."""
+def ale_rom(env_id: str) -> str | None:
+    """ale-py's ROM name for an envpool-style id (Breakout-v5 -> breakout, MsPacman-v5 -> ms_pacman); None for an
+    id that names no ROM of ale-py."""
     try:
         from ale_py import roms
     except ImportError:
         raise UserError('Atari needs ale-py: pip install -e ".[atari]"') from None
     match = re.fullmatch(r"([A-Z][A-Za-z0-9]*)-v5", env_id)
     game = re.sub(r"(?<!^)(?=[A-Z])", "_", match.group(1)).lower() if match else None
-    check(game in roms.get_all_rom_ids(), f"{env_id!r} is not an Atari game of ale-py: pass e.g. Breakout-v5, "
-                                          "Pong-v5 or MsPacman-v5 (algos/ppo.py and algos/pqn.py run gymnasium's "
-                                          "other envs)")
+    return game if game in roms.get_all_rom_ids() else None
+
+
+def ale_game(env_id: str) -> str:
+    """`ale_rom`, or a one-line error for an id that is not an Atari game."""
+    game = ale_rom(env_id)
+    check(game is not None, f"{env_id!r} is not an Atari game of ale-py: pass e.g. Breakout-v5, Pong-v5 or "
+                            "MsPacman-v5 (algos/ppo.py and algos/pqn.py run gymnasium's other envs)")
     return game
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import tyro
 
+from turborl.atari import ale_rom
 from turborl.cli import UserError, check, cli
 from turborl.envs import missing_extra
 
@@ -61,9 +62,9 @@ def main(args: Args) -> dict:
         policy = EpisodePolicy(torch.export.load(path))
     except Exception:  # a foreign or damaged archive
         raise UserError(corrupt) from None
-    if env_id not in gym.registry and re.fullmatch(r"[A-Z][A-Za-z0-9]*-v5", env_id):  # envpool's Atari naming
+    if env_id not in gym.registry and re.fullmatch(r"[A-Z][A-Za-z0-9]*-v5", env_id) and ale_rom(env_id):
         check(not args.capture_video, "--capture-video: Atari runs are evaluated without video here")
-        return report(path, env_id, *run_games(policy, env_id, args), args)
+        return report(path, env_id, *run_games(policy, env_id, args, trained_on), args)
     try:
         env = gym.make(env_id, render_mode="rgb_array" if args.capture_video else None)
         if args.capture_video:
@@ -178,12 +179,22 @@ def run_episodes(policy, env, args: Args) -> tuple[list[float], list[int]]:
     return returns, lengths
 
 
-def run_games(policy, env_id: str, args: Args) -> tuple[list[float], list[int]]:
+def run_games(policy, env_id: str, args: Args, trained_on: str | None = None) -> tuple[list[float], list[int]]:
     """Whole Atari games (a game goes on across lost lives) on the frames the policy trained on (common/atari.py),
     with its greedy actions; each game's score and length in env steps."""
-    from turborl.atari import Games, make_envs
+    from turborl.atari import FRAMES, Games, make_envs
 
     envs = make_envs(env_id, 1, threads=1)
+    hint = f"; it was trained on {trained_on}: pass --env-id {trained_on}" if trained_on else ""
+    try:  # one action on blank frames: a policy of another kind of env is an input error, not a crash mid-game
+        with torch.no_grad():
+            action = policy(torch.zeros(1, *FRAMES))
+    except Exception:  # torch.export's shape guards
+        envs.close()
+        raise UserError(f"{args.path} does not take Atari's stacked frames {FRAMES}{hint}") from None
+    n_actions = int(envs.single_action_space.n)
+    fits = action.dim() == 1 and not action.is_floating_point() and 0 <= int(action[0]) < n_actions
+    check(fits, f"{args.path} does not give {env_id}'s actions ({n_actions}){hint}")
     returns, lengths = [], []
     for game in range(args.episodes):
         frames, info = envs.reset(seed=args.seed + game)

@@ -12,7 +12,7 @@ from tests.helpers import ROOT
 def test_two_ranks_keep_identical_parameters_and_learn(tmp_path):
     # 120k steps over both ranks: ~270 mean return on CPU (rank 0, last 20 episodes).
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
          os.path.join(ROOT, "algos", "ppo_device_envs.py"), "--total-timesteps", "120000", "--runs-dir", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=1200, env={**os.environ, "OMP_NUM_THREADS": "1"},
         check=False,

@@ -261,6 +261,9 @@ def test_evaluate_takes_a_run_folder_and_refuses_an_env_the_policy_does_not_fit(
     assert read_json(os.path.join(run_dir, "evaluation.json"))["env_id"] == "CartPole-v1"
     assert_user_error(evaluate(os.path.join(run_dir, "dqn.pt"), "--env-id", "Pendulum-v1"),
                       "does not take Pendulum-v1's observations", "--env-id CartPole-v1")
+    assert_user_error(evaluate(run_dir, "--env-id", "Breakout-v5"),  # an Atari game: evaluated on stacked frames
+                      "does not take Atari's stacked frames", "--env-id CartPole-v1")
+    assert_user_error(evaluate(run_dir, "--env-id", "Cartpole-v5"), "cannot make 'Cartpole-v5'")  # a typo
     assert_user_error(evaluate(str(tmp_path)), "holds 0 exported policies")
     unsaved = run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--seed", "3",
                          "--runs-dir", str(tmp_path / "unsaved"))  # the Quickstart's run: no --save-model
