@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from turborl.atari import FRAMES, FrameLink, Games, check_atari_args, make_groups
+from turborl.atari import FRAMES, FrameLink, check_atari_args, make_groups, receive, start_games
 from turborl.checkpoints import Checkpoints, export_policy
 from turborl.cli import RunArgs, check_pqn_args, check_run_args, cli, pick_device, seed_everything
 from turborl.logger import RunLogger
@@ -219,18 +219,7 @@ def main(args: Args) -> dict:
         start_iteration, global_step = saved["iteration"], saved["global_step"]
     else:
         draw_coins()  # the first rollout's
-    games = []
-    for group, (envs, link) in enumerate(zip(groups, links, strict=True)):
-        frames, info = envs.reset(seed=args.seed + global_step + group * group_size)  # one seed per game
-        link.reset(frames)
-        games.append(Games(group_size, info["lives"]))
-
-    def receive(group: int) -> list[tuple[float, int]]:
-        """A group's answer to its last action, staged for the device; the games it ended."""
-        frames, reward, terminated, truncated, info = groups[group].recv()
-        episode_ended = terminated | truncated  # a time limit ends an episode as a loss of life does
-        links[group].send(frames, reward, episode_ended)
-        return games[group].after_step(reward, episode_ended, info["lives"])
+    games = start_games(groups, links, seed=args.seed + global_step)  # one seed per game
 
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step}
@@ -249,10 +238,11 @@ def main(args: Args) -> dict:
                     groups[group].send(links[group].action())  # its games step in C++ threads, from now
                     if step or group:  # the other group's games have stepped meanwhile
                         global_step += group_size
-                        logger.log_episodes(global_step, receive(1 - group))
+                        other = 1 - group
+                        logger.log_episodes(global_step, receive(groups[other], links[other], games[other]))
                 logger.progress(global_step)
             global_step += group_size
-            logger.log_episodes(global_step, receive(1))  # the rollout's last step
+            logger.log_episodes(global_step, receive(groups[1], links[1], games[1]))  # the rollout's last step
             logger.progress(global_step)
             finish()  # the last answers, the Q(lambda) returns and the minibatch order, on the device
             draw_coins()  # the next rollout's

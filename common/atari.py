@@ -120,3 +120,22 @@ class Games:
         finished = [(float(self.score[i]), int(self.length[i])) for i in np.flatnonzero(over)]
         self.score[over], self.length[over], self.lives[:] = 0.0, 0, lives
         return finished
+
+
+def start_games(groups: list, links: list[FrameLink], seed: int) -> list[Games]:
+    """Reset every game (one seed each, counted from `seed`), stage each group's first frames; each group's log
+    of whole games."""
+    games = []
+    for group, (envs, link) in enumerate(zip(groups, links, strict=True)):
+        frames, info = envs.reset(seed=seed + group * envs.num_envs)
+        link.reset(frames)
+        games.append(Games(envs.num_envs, info["lives"]))
+    return games
+
+
+def receive(envs, link: FrameLink, games: Games) -> list[tuple[float, int]]:
+    """A group's answer to its last action, staged in its link for the device; the whole games it ended."""
+    frames, reward, terminated, truncated, info = envs.recv()
+    episode_ended = terminated | truncated  # a time limit ends an episode as a loss of life does
+    link.send(frames, reward, episode_ended)
+    return games.after_step(reward, episode_ended, info["lives"])
