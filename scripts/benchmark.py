@@ -65,7 +65,8 @@ class Args:
     scale: float | None = None
     """multiply every run's steps (default 1 with CUDA, 0.05 on a CPU-only machine)"""
     out: str | None = None
-    """output folder (default results/<suite>, results/<suite>-cpu without CUDA)"""
+    """output folder (default results/<suite>; without CUDA, runs/benchmark/<suite>: a CPU's scaled-down runs are
+    scratch, not results)"""
     timeout: float = 600.0
     """seconds before a run is stopped and recorded as failed"""
     force: bool = False
@@ -232,7 +233,8 @@ def main(args: Args) -> None:
         raise SystemExit("error: --jobs must be >= 1, and 1 for the speed suite (speed is measured alone)")
     cuda = torch.cuda.is_available()
     args.scale = args.scale if args.scale is not None else (1.0 if cuda else 0.05)
-    out = args.out or os.path.join(ROOT, "results", args.suite + ("" if cuda else "-cpu"))
+    out = args.out or (os.path.join(ROOT, "results", args.suite) if cuda else
+                       os.path.join(ROOT, "runs", "benchmark", args.suite))
     os.makedirs(out, exist_ok=True)
     info = machine()
     runs = plan(args, cuda)

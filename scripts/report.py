@@ -2,11 +2,14 @@
 
     python scripts/report.py                       # results/*/ -> results/README.md + PNGs, README speed table
     python scripts/report.py --results results-x --readme ""   # another folder, leave README.md alone
+    python scripts/report.py --check               # exit 1 if a generated table differs from the committed one
 
 For every suite folder under `--results` it writes a section of `<results>/README.md`: steps/s per path and
 the speed-up over eager (speed suite), return at budget against CleanRL's published returns (learning
 suite), the failed runs with their errors, and where and with what the numbers were measured. Plots:
 `<suite>-steps-per-second.png` (steps/s per path) and `<suite>-returns.png` (return vs steps and vs wall time).
+The Markdown depends on the JSON records alone, so any clone regenerates the committed tables byte for byte
+(`--check`, which CI runs); the PNGs may differ in bytes across matplotlib versions and are not checked.
 """
 
 from __future__ import annotations
@@ -49,7 +52,10 @@ class Args:
     readme: str = os.path.join(ROOT, "README.md")
     """README whose speed-table block gets the first speed suite's table ("" to leave it alone)"""
     plots: bool = True
-    """write PNG plots (needs matplotlib)"""
+    """draw the PNG plots (needs matplotlib); the tables link them either way"""
+    check: bool = False
+    """write nothing: regenerate every table in memory and exit 1, naming each file, if any differs from the one
+    on disk (the records and the tables built from them must be committed together)"""
 
 
 def steady_rates(runs: list[dict]) -> list[float]:
@@ -341,23 +347,18 @@ def parity_report(folder: str, plots: bool = True) -> str:
            "--deadline 540` stops the runs still going in time to end by 540 s (each checkpoints) and the next call "
            "resumes them. "
            "Each run's JSON in `runs/` holds its exact command, segments, machine and versions.", ""]
-    out += machines(runs)
-    if plots:
-        out += [""]
-        for env_id in sorted({r["env_id"] for r in runs if r["status"] == "ok"}):
+    out += machines(runs) + [""]
+    for env_id in sorted({r["env_id"] for r in runs if r["status"] == "ok"}):
+        if plots:
             plot_parity(runs, env_id, os.path.join(folder, f"{env_id}.png"))
-            out += [f"![{env_id}]({env_id}.png)"]
-    text = "\n".join(out) + "\n"
-    with open(os.path.join(folder, "README.md"), "w") as f:
-        f.write(text)
-    return text
+        out += [f"![{env_id}]({env_id}.png)"]
+    return "\n".join(out) + "\n"
 
 
-def report(args: Args) -> str:
-    # A CPU-only machine's suites (`<suite>-cpu`, git-ignored scratch) stay out: the report is built from what the
-    # repository holds, so regenerating it on any clone gives the same file.
-    suites = sorted(d for d in os.listdir(args.results)
-                    if not d.endswith("-cpu") and glob.glob(os.path.join(args.results, d, "*.json")))
+def report(args: Args) -> dict[str, str]:
+    """Every generated Markdown file, path -> text: `<results>/README.md`, `<results>/parity/README.md` and the
+    README's table blocks. The plots are written here (unless --no-plots); the texts by the caller (`write`)."""
+    suites = sorted(d for d in os.listdir(args.results) if glob.glob(os.path.join(args.results, d, "*.json")))
     if not suites and not glob.glob(os.path.join(args.results, "parity", "runs", "*.json")):
         raise SystemExit(f"error: no results under {args.results}; run python scripts/benchmark.py first")
     out = ["# turborl benchmark results", "",
@@ -367,6 +368,7 @@ def report(args: Args) -> str:
            "`reduce-overhead` is the peer baseline, `torch.compile(mode=\"reduce-overhead\")` (torch's own CUDA",
            "graphs), and `compile+cudagraphs / reduce-overhead` the speed-up of turborl's path over it.", ""]
     speed_block = None
+    files = {}
     for suite in suites:
         runs = load(os.path.join(args.results, suite))
         out += [f"## {suite}", ""]
@@ -377,48 +379,76 @@ def report(args: Args) -> str:
             out += table
             speed_block = speed_block or (suite, table)
         out += failures(runs) + machines(runs)
-        if args.plots:
-            if not any(r["suite"] == "learning" for r in runs):
+        # The text links the plots whether or not this call draws them: it depends on the records alone.
+        if not any(r["suite"] == "learning" for r in runs):
+            if args.plots:
                 plot_speed(runs, os.path.join(args.results, f"{suite}-steps-per-second.png"))  # measured alone
-                out += ["", f"![steps/s per path]({suite}-steps-per-second.png)"]
+            out += ["", f"![steps/s per path]({suite}-steps-per-second.png)"]
+        if args.plots:
             plot_returns(runs, os.path.join(args.results, f"{suite}-returns.png"))
-            out += ["", f"![returns]({suite}-returns.png)"]
+        out += ["", f"![returns]({suite}-returns.png)"]
         out.append("")
     if glob.glob(os.path.join(args.results, "parity", "runs", "*.json")):
-        parity_report(os.path.join(args.results, "parity"), args.plots)
+        files[os.path.join(args.results, "parity", "README.md")] = parity_report(os.path.join(args.results, "parity"),
+                                                                                 args.plots)
         out += ["## parity", "", "Learning parity with CleanRL, over seeds: [parity/README.md](parity/README.md).", ""]
     experiments = sorted(glob.glob(os.path.join(args.results, "experiments", "*", "README.md")))
     if experiments:
         out += ["## experiments", "", "One-off A/B studies, each with its question, command and answer:", ""]
         out += [f"- [{os.path.basename(os.path.dirname(path))}]({os.path.relpath(path, args.results)}): "
                 f"{open(path).readline().lstrip('# ').strip()}" for path in experiments]
-    text = "\n".join(out)
-    with open(os.path.join(args.results, "README.md"), "w") as f:
-        f.write(text)
-    if args.readme and speed_block and os.path.exists(args.readme):
-        rel = os.path.relpath(os.path.join(args.results, f"{speed_block[0]}-steps-per-second.png"),
-                              os.path.dirname(os.path.abspath(args.readme)))
-        update_readme(args.readme, README_START, README_END, [*speed_block[1], "", f"![steps/s per path]({rel})"])
-    if args.readme and os.path.exists(args.readme) and glob.glob(os.path.join(args.results, "parity", "runs", "*")):
-        update_readme(args.readme, PARITY_START, PARITY_END,
-                      parity_rows(load(os.path.join(args.results, "parity", "runs")), short=True))
-    return text
+    files[os.path.join(args.results, "README.md")] = "\n".join(out)
+    if args.readme and os.path.exists(args.readme):
+        with open(args.readme) as f:
+            readme = f.read()
+        if speed_block:
+            rel = os.path.relpath(os.path.join(args.results, f"{speed_block[0]}-steps-per-second.png"),
+                                  os.path.dirname(os.path.abspath(args.readme)))
+            readme = with_block(readme, README_START, README_END, [*speed_block[1], "", f"![steps/s per path]({rel})"])
+        if glob.glob(os.path.join(args.results, "parity", "runs", "*.json")):
+            readme = with_block(readme, PARITY_START, PARITY_END,
+                                parity_rows(load(os.path.join(args.results, "parity", "runs")), short=True))
+        files[args.readme] = readme
+    return files
 
 
-def update_readme(readme: str, start_marker: str, end_marker: str, lines: list[str]) -> None:
-    """Replace the block between the markers with these lines."""
-    with open(readme) as f:
-        text = f.read()
+def with_block(text: str, start_marker: str, end_marker: str, lines: list[str]) -> str:
+    """`text` with the block between the markers replaced by these lines (unchanged without the markers)."""
     if start_marker not in text or end_marker not in text:
-        return
+        return text
     start, end = text.index(start_marker), text.index(end_marker) + len(end_marker)
-    with open(readme, "w") as f:
-        f.write(text[:start] + "\n".join([start_marker, *lines, end_marker]) + text[end:])
+    return text[:start] + "\n".join([start_marker, *lines, end_marker]) + text[end:]
+
+
+def stale(files: dict[str, str]) -> list[str]:
+    """The files whose text on disk differs from the generated one (or that are missing)."""
+    def on_disk(path):
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return f.read()
+
+    return [path for path, text in files.items() if on_disk(path) != text]
+
+
+def write(files: dict[str, str]) -> None:
+    for path, text in files.items():
+        with open(path, "w") as f:
+            f.write(text)
 
 
 if __name__ == "__main__":
     import tyro
 
     cli_args = tyro.cli(Args, description=__doc__.split("\n\n")[0])
-    report(cli_args)
-    print(f"wrote {os.path.join(cli_args.results, 'README.md')} and its plots")
+    if cli_args.check:
+        cli_args.plots = False
+        differing = stale(report(cli_args))
+        for path in differing:
+            print(f"error: {os.path.relpath(path)} is not what python scripts/report.py generates from the records "
+                  "under results/: run it and commit the result with the records", file=sys.stderr)
+        print(f"report --check: {len(differing)} file(s) differ" if differing else "report --check: up to date")
+        sys.exit(1 if differing else 0)
+    generated = report(cli_args)
+    write(generated)
+    print(f"wrote {', '.join(os.path.relpath(path) for path in generated)} and the plots")

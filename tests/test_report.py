@@ -3,10 +3,13 @@
 import json
 import os
 import statistics
+import subprocess
+import sys
 
 import pytest
 
 from scripts import benchmark, report
+from tests.helpers import ROOT
 
 
 def test_benchmark_records_a_real_run_and_a_failed_one(tmp_path):
@@ -62,16 +65,13 @@ def test_report_tables_speedups_failures_and_readme_block(tmp_path):
         for i, record in enumerate(records):
             with open(results / suite / f"{i}.json", "w") as f:
                 json.dump(record, f)
-    os.makedirs(results / "learning-cpu")  # a CPU machine's scratch suite (git-ignored): not in the report
-    with open(results / "learning-cpu" / "0.json", "w") as f:
-        json.dump(runs["learning"][0], f)
     readme = tmp_path / "project" / "README.md"
     readme.parent.mkdir()
     readme.write_text(f"intro\n{report.README_START}\nold\n{report.README_END}\nrest\n")
 
-    text = report.report(report.Args(results=str(results), readme=str(readme)))
-
-    assert "learning-cpu" not in text and not (results / "learning-cpu-returns.png").exists()
+    files = report.report(report.Args(results=str(results), readme=str(readme)))
+    report.write(files)
+    text = files[str(results / "README.md")]
 
     assert ("| td3 | HalfCheetah-v5 | 100 | failed | no steady window | 2,500 | 1,000 | 25.0x (compile+cudagraphs) "
             "| 2.50x | 400 (50) | 2.0 | 812 |" in text)
@@ -128,6 +128,7 @@ def test_parity_report_passes_fails_and_lists_what_is_not_run(tmp_path):
             json.dump(run, f)
 
     text = report.parity_report(str(folder))
+    (folder / "README.md").write_text(text)
 
     assert (f"| Hopper-v4 | td3 | 3 | {hopper.mean:,.1f} ± {statistics.pstdev([-50, 0, 50]):,.1f} | "
             f"{hopper.mean:,.1f} ± {hopper.std:,.1f} (3, 1M) | pass | 900 | Test GPU, 12 side by side |") in text
@@ -139,7 +140,47 @@ def test_parity_report_passes_fails_and_lists_what_is_not_run(tmp_path):
 
     readme = tmp_path / "project-README.md"  # the README's short table: the rows with finished seeds
     readme.write_text(f"intro\n{report.PARITY_START}\nold\n{report.PARITY_END}\nrest\n")
-    report.report(report.Args(results=str(tmp_path), readme=str(readme), plots=False))
+    report.write(report.report(report.Args(results=str(tmp_path), readme=str(readme), plots=False)))
     block = readme.read_text().split(report.PARITY_START)[1].split(report.PARITY_END)[0]
     assert "| Hopper-v4 | td3 | 3 |" in block and "| Hopper-v4 | sac | 2" in block and "Walker2d" not in block
     assert "old" not in block and readme.read_text().endswith("rest\n")
+
+
+def test_report_check_finds_a_table_that_its_records_no_longer_give(tmp_path):
+    folder = tmp_path / "results" / "parity"
+    os.makedirs(folder / "runs")
+    for seed in (1, 2, 3):
+        with open(folder / "runs" / f"{seed}.json", "w") as f:
+            json.dump(parity_run("td3", "Hopper-v4", seed, 3000.0 + seed), f)
+    command = [sys.executable, "scripts/report.py", "--results", str(tmp_path / "results"), "--readme", ""]
+    written = subprocess.run([*command, "--no-plots"], cwd=ROOT, capture_output=True, text=True)
+    assert written.returncode == 0, written.stderr
+    before = (folder / "README.md").read_text()
+    assert subprocess.run([*command, "--check"], cwd=ROOT, capture_output=True, text=True).returncode == 0
+
+    with open(folder / "runs" / "4.json", "w") as f:  # a record added, the table not regenerated
+        json.dump(parity_run("td3", "Hopper-v4", 4, 1000.0), f)
+    checked = subprocess.run([*command, "--check"], cwd=ROOT, capture_output=True, text=True)
+    assert checked.returncode == 1 and "parity/README.md" in checked.stderr, checked.stderr
+    assert (folder / "README.md").read_text() == before  # --check writes nothing
+
+
+def test_committed_tables_are_what_the_committed_records_give():
+    """The repository's own results: every generated table regenerates from the records beside it."""
+    checked = subprocess.run([sys.executable, "scripts/report.py", "--check"], cwd=ROOT, capture_output=True,
+                             text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.skipif(not os.path.isdir(os.path.join(ROOT, ".git")), reason="needs the git checkout")
+def test_nothing_under_results_is_git_ignored():
+    """A record that git ignores is never committed, and the table built from it cannot be rebuilt by a clone."""
+    on_disk = [os.path.relpath(os.path.join(d, f), ROOT) for d, _, files in os.walk(os.path.join(ROOT, "results"))
+               for f in files]
+    # new records where the scripts write them, so a pattern that would catch the next one fails too
+    future = ["results/parity/runs/td3__Hopper-v4__compile+cudagraphs__s9.json", "results/speed/x.json",
+              "results/learning/x.json", "results/experiments/x/runs/x.json", "results/README.md",
+              "results/speed-cpu/x.json", "results/x.png"]
+    checked = subprocess.run(["git", "check-ignore", "--no-index", "--verbose", "--stdin"], cwd=ROOT, text=True,
+                             input="\n".join(on_disk + future), capture_output=True)
+    assert checked.returncode == 1 and not checked.stdout, f"git ignores under results/:\n{checked.stdout}"
