@@ -56,8 +56,11 @@ class ExecutionPath:
         # the paths that do not compile (compiled, the compiled step reads the tensor).
         self.capturable_with_lr_tensor = device.type == "cuda" and not self.compiling
         self.fused = args.fused_optimizer  # Adam's fused=True: one kernel per optimizer step
-        # Keep eager's random kernels: every path draws the same numbers from the same seed.
-        self.compile_options = {"fallback_random": True, **inductor_options(args)}
+        # Every path draws the same numbers from the same seed: eager's random kernels (fallback_random), called in
+        # eager's order. Inductor's reorder_for_locality moves each op of a graph without gradients (an act step)
+        # next to its first use; up to torch 2.12 it moves random ops too, so a compiled act step drew its uniform
+        # random actions before its Gaussian noise (torch 2.13's pass leaves random ops in place).
+        self.compile_options = {"fallback_random": True, "reorder_for_locality": False, **inductor_options(args)}
 
     def compile(self, fn: F) -> F:
         if not self.compiling:
