@@ -211,27 +211,33 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
     return real
 
 
-def finished_episodes(infos: dict) -> list[tuple[float, int]]:
-    """(return, length) of each episode that ended this step (gymnasium envs; torch envs use EpisodeRing)."""
+def finished_episodes(infos: dict, envs_per_seed: int | None = None) -> list[tuple]:
+    """(return, length) of each episode that ended this step (gymnasium envs; torch envs use EpisodeRing).
+    `envs_per_seed` (--num-seeds: seed i's envs are the i-th block of that many): (return, length, seed)."""
     if "_episode" not in infos:
         return []
     ep = infos["episode"]
-    return [(float(ep["r"][i]), int(ep["l"][i])) for i in np.flatnonzero(infos["_episode"])]
+    return [(float(ep["r"][i]), int(ep["l"][i])) + ((int(i) // envs_per_seed,) if envs_per_seed else ())
+            for i in np.flatnonzero(infos["_episode"])]
 
 
-def track_episodes(backend: str, n_envs: int, device: torch.device, steps_per_read: int = 1
-                   ) -> EpisodeRing | HostEpisodes:
+def track_episodes(backend: str, n_envs: int, device: torch.device, steps_per_read: int = 1,
+                   envs_per_seed: int | None = None) -> EpisodeRing | HostEpisodes:
     """Where a script gets the episodes that ended: `after_step(infos)` after each env step, `read()` once the
     loop is over for any still held back, and `state_dict()` for checkpoints. `steps_per_read`: env steps
-    between two reads of the device envs' ring (PPO reads once per rollout)."""
-    return EpisodeRing(n_envs, device, steps_per_read) if backend != "gymnasium" else HostEpisodes()
+    between two reads of the device envs' ring (PPO reads once per rollout); `envs_per_seed`: see
+    finished_episodes (gymnasium envs)."""
+    return EpisodeRing(n_envs, device, steps_per_read) if backend != "gymnasium" else HostEpisodes(envs_per_seed)
 
 
 class HostEpisodes:
     """Gymnasium envs report each episode's end on the host, at the step it ends: nothing is held back."""
 
-    def after_step(self, infos: dict) -> list[tuple[float, int]]:
-        return finished_episodes(infos)
+    def __init__(self, envs_per_seed: int | None = None):
+        self.envs_per_seed = envs_per_seed
+
+    def after_step(self, infos: dict) -> list[tuple]:
+        return finished_episodes(infos, self.envs_per_seed)
 
     def read(self) -> list[tuple[float, int]]:
         return []

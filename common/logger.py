@@ -59,10 +59,12 @@ class RunLogger:
     - Steps/s of each window of `window_steps` steps, logged as `sps` (the first windows include compiling
       and capturing; scripts/measure.py measures steady-state speed from outside).
     - wandb only with `track=True`: offline into the run folder unless an account is configured.
+    - `quiet`: files only, no bar and no lines (the seeds after the first of `--num-seeds`); `stop`: a
+      GracefulStop to share (theirs is the first seed's).
     """
 
     def __init__(self, args, algo: str, total_steps: int, device, run_root: str = "runs",
-                 print_every: float = 10.0):
+                 print_every: float = 10.0, quiet: bool = False, stop: GracefulStop | None = None):
         env_name = args.env_id.replace("/", "-")  # a namespaced id (ALE/Breakout-v5) names one folder, not two
         self.dir = make_run_dir(run_root, f"{env_name}__{algo}__{args.seed}__{int(time.time())}")
         self.run_name = os.path.basename(self.dir)
@@ -77,7 +79,8 @@ class RunLogger:
             raise UserError(f"cannot write into {self.dir} ({err.strerror}); pass a writable --runs-dir") from None
         self._csv_size = 0  # bytes of whole rows written: a failed write is cut back to this
         self._write_rows([["step", "seconds", "name", "value"]])
-        self.stop = GracefulStop()
+        self.stop = stop or GracefulStop()
+        self.quiet = quiet
         self.start = time.perf_counter()
         self.total_steps = total_steps
         self.returns: deque[float] = deque(maxlen=20)
@@ -87,7 +90,7 @@ class RunLogger:
         self._step = 0
         self._first_progress = (0, self.start)
         self._progress_time = self.start  # of the last `progress`
-        self._tty = sys.stderr.isatty()
+        self._tty = sys.stderr.isatty() and not quiet
         self._print_every = print_every
         self._last_print = self.start
         self._bar = None
@@ -166,7 +169,7 @@ class RunLogger:
             if now - self._last_print > 0.5:
                 self._bar.set_postfix(sps=f"{self._recent_sps(step, now):.0f}", ret=f"{self.mean_return():.1f}")
                 self._last_print = now
-        elif now - self._last_print > self._print_every:
+        elif now - self._last_print > self._print_every and not self.quiet:
             self._last_print = now
             print(
                 f"step {step}/{self.total_steps}  sps {self._recent_sps(step, now):.0f}  "
@@ -220,7 +223,7 @@ class RunLogger:
         if self._wandb is not None:
             self._wandb.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float))})
             self._wandb.finish(exit_code=0 if summary["status"] == "done" else 1)
-        if not failed:
+        if not failed and not self.quiet:
             ret = summary["mean_return_last20"]
             line = (f"{self._step} steps in {summary['wall_seconds']:.1f}s ({summary['sps']:.0f} steps/s), "
                     f"return(last 20) {ret:.1f}" if ret == ret else "no episode ended")

@@ -177,7 +177,10 @@ ALGORITHMS = {
         parity=parity("td3", MUJOCO_V4, 1_000_000),
         tests={"td3": TestRun("td3", PENDULUM_OFF_POLICY, loss="qf_loss", checkpoint_every=400),
                "td3-fused": TestRun("td3", (*PENDULUM_OFF_POLICY, "--fused-optimizer"), loss="qf_loss",
-                                    checkpoint_every=400, gpu_only=True)}),
+                                    checkpoint_every=400, gpu_only=True),
+               # --num-seeds: paths, reproducibility and resume of 3 seeds in one run (every seed's records)
+               "td3-seeds3": TestRun("td3", (*PENDULUM_OFF_POLICY, "--num-seeds", "3"), loss="qf_loss",
+                                     checkpoint_every=400)}),
     "sac": Algorithm(
         "sac", cleanrl=CLEANRL["sac"],
         speed=(Task("sac", "HalfCheetah-v5", steps=25_000, eager_steps=4_000, learning_starts=2_000),

@@ -24,11 +24,16 @@ def metric(run_dir: str, name: str) -> list[float]:
 
 
 def metrics_after(runs_dir: str, step: int) -> list[tuple]:
-    """Every logged (step, name, value) after `step` of the one run under `runs_dir`, except the clock's."""
-    [metrics_csv] = glob.glob(os.path.join(runs_dir, "*", "metrics.csv"))
-    with open(metrics_csv) as f:
-        return [(r["step"], r["name"], r["value"]) for r in csv.DictReader(f)
-                if r["name"] != "sps" and int(r["step"]) > step]
+    """Every logged (step, name, value) after `step` of the run under `runs_dir`, except the clock's (a run of
+    --num-seeds N: its N run folders' records, seed after seed)."""
+    folders = glob.glob(os.path.join(runs_dir, "*", "metrics.csv"))
+    assert folders, f"no run under {runs_dir}"
+    rows = []
+    for metrics_csv in sorted(folders, key=lambda path: int(os.path.basename(os.path.dirname(path)).split("__")[2])):
+        with open(metrics_csv) as f:
+            rows += [(r["step"], r["name"], r["value"]) for r in csv.DictReader(f)
+                     if r["name"] != "sps" and int(r["step"]) > step]
+    return rows
 
 
 def run_script(script: str, *flags: str, cwd: str | None = None, timeout: float = 1800, env: dict | None = None):

@@ -1,0 +1,122 @@
+"""`--num-seeds N`: N independent runs of one script in one process, the seed a batch axis of every tensor.
+
+Seed i of a run is `--seed + i`. Its networks are drawn from its own seed (`seeded`), as a run of that seed alone
+draws them; its envs are its own block of the vector env; every layer of the N networks is one batched matmul
+(`SeedLinear`: weights `[seeds, in, out]`), so a step launches the kernels of one run for all N. The losses are
+summed over the seeds: the gradient of a sum reaches each seed's weights from its own loss alone, and Adam is
+elementwise, so each seed's update is exactly its own. Each seed is a run of its own downstream too: its own run
+folder (`SeedLoggers`) with metrics, summary and exported policy (`one_seed`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+
+from .errors import check
+from .logger import RunLogger
+
+
+class SeedLinear(nn.Module):
+    """nn.Linear for each seed, stacked: weight `[seeds, in, out]`, bias `[seeds, 1, out]`, input
+    `[seeds, batch, in]`. Built for one seed with nn.Linear's own initialization (the same draws); `stack`
+    joins the seeds' layers."""
+
+    def __init__(self, n_in: int, n_out: int):
+        super().__init__()
+        linear = nn.Linear(n_in, n_out)
+        self.weight = nn.Parameter(linear.weight.detach().T.unsqueeze(0).contiguous())
+        self.bias = nn.Parameter(linear.bias.detach().view(1, 1, n_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+def seeded(seed: int, num_seeds: int, build: Callable[[], tuple[nn.Module, ...]]) -> tuple[nn.Module, ...]:
+    """`build()` (the run's networks, drawn in the order a run draws them) once per seed, stacked into one module
+    each: every parameter's leading axis holds the seeds' blocks, seed after seed. Seed 0 draws from the global
+    RNG as a run alone does (N = 1 is that run, draw for draw); seed i > 0 under its own seed `seed + i`, on a
+    fork of the RNG, so what the run draws next does not depend on N."""
+    parts = [build()]
+    for i in range(1, num_seeds):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + i)
+            parts.append(build())
+    with torch.no_grad():
+        for stacked, *others in zip(*parts, strict=True):
+            for name, param in stacked.named_parameters():
+                param.data = torch.cat([param.data, *(dict(m.named_parameters())[name].data for m in others)])
+    return parts[0]
+
+
+def one_seed(module: nn.Module, i: int, num_seeds: int) -> nn.Module:
+    """Seed i's part of a stacked module, as a module of its own that takes and returns unstacked batches
+    (`[batch, ...]`): the policy a run of that seed alone would export."""
+    single = copy.deepcopy(module).cpu()
+    with torch.no_grad():
+        for param in single.parameters():
+            param.data = param.data.chunk(num_seeds)[i].clone()
+    return OneSeed(single)
+
+
+class OneSeed(nn.Module):
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.module(x.unsqueeze(0)).squeeze(0)
+
+
+def check_num_seeds(args) -> None:
+    check(args.num_seeds >= 1, f"--num-seeds must be >= 1 (got {args.num_seeds})")
+    check(args.num_seeds == 1 or args.env_backend == "gymnasium",
+          f"--num-seeds {args.num_seeds} runs on gymnasium envs (--env-backend gymnasium); the device envs batch "
+          "thousands of envs in one run already")
+
+
+class SeedLoggers:
+    """One RunLogger per seed, each with its own run folder (`{env}__{algo}__{seed + i}__{time}`, its args.json
+    saying `seed + i`), that the loop calls as it would call one: `log` takes one value per seed for each
+    metric, `log_episodes` the episodes of every seed, each with its seed's index. Seed 0's logger shows the
+    progress and owns Ctrl-C (`stop`) for all; `dir` is its folder (the checkpoints of all seeds go there)."""
+
+    def __init__(self, args, algo: str, total_steps: int, device, run_root: str = "runs"):
+        self.loggers = []
+        try:
+            for i in range(args.num_seeds):
+                seed_args = dataclasses.replace(args, seed=args.seed + i)
+                first = self.loggers[0] if self.loggers else None
+                self.loggers.append(RunLogger(seed_args, algo, total_steps, device, run_root=run_root,
+                                              quiet=first is not None, stop=first.stop if first else None))
+        except BaseException:
+            for logger in reversed(self.loggers):
+                logger.close()
+            raise
+        self.dir, self.stop = self.loggers[0].dir, self.loggers[0].stop
+
+    def log(self, step: int, **values: list[float]) -> None:
+        """`values`: per metric, one value per seed."""
+        for i, logger in enumerate(self.loggers):
+            logger.log(step, **{name: seed_values[i] for name, seed_values in values.items()})
+
+    def log_episodes(self, step: int, finished: list[tuple]) -> None:
+        """`finished`: (return, length, seed index) of each episode that ended (without the index: seed 0's)."""
+        per_seed = [[] for _ in self.loggers]
+        for episode in finished:
+            per_seed[episode[2] if len(episode) > 2 else 0].append(episode[:2])
+        for logger, episodes in zip(self.loggers, per_seed, strict=True):
+            logger.log_episodes(step, episodes)
+
+    def progress(self, step: int) -> None:
+        for logger in self.loggers:
+            logger.progress(step)
+
+    def close(self, checkpoint: str | None = None, **extra) -> dict:
+        """Every seed's summary.json; returns seed 0's, with the others' under `seeds` (each its own run)."""
+        summaries = [logger.close(checkpoint=checkpoint, **extra) for logger in reversed(self.loggers)][::-1]
+        return {**summaries[0], "seeds": summaries} if len(summaries) > 1 else summaries[0]
