@@ -189,7 +189,9 @@ ALGORITHMS = {
         learning=(Task("sac", "HalfCheetah-v5", steps=1_000_000, eager_steps=30_000),),
         long=(Task("sac", "Ant-v5", steps=1_000_000, eager_steps=1_000_000),),
         parity=parity("sac", MUJOCO_V4, 1_000_000),
-        tests={"sac": TestRun("sac", PENDULUM_OFF_POLICY, loss="qf_loss", checkpoint_every=400)}),
+        tests={"sac": TestRun("sac", PENDULUM_OFF_POLICY, loss="qf_loss", checkpoint_every=400),
+               "sac-seeds3": TestRun("sac", (*PENDULUM_OFF_POLICY, "--num-seeds", "3"), loss="qf_loss",
+                                     checkpoint_every=400)}),
     "td3_device_envs": Algorithm(
         "td3_device_envs",
         # FastTD3's recipe at its defaults: 1,024 MuJoCo Warp worlds, 2 updates of 32,768 samples per vector step.

@@ -75,11 +75,11 @@ def test_captured_sac_policy_has_eager_action_spread(compile):
     device = torch.device("cuda")
     torch.manual_seed(0)
     actor = Actor(3, 2, -2 * torch.ones(2).numpy(), 2 * torch.ones(2).numpy()).to(device)
-    obs = torch.randn(1, 3, device=device).expand(4096, 3).contiguous()  # one state, many samples
+    obs = torch.randn(1, 1, 3, device=device).expand(1, 4096, 3).contiguous()  # one state, many samples; one seed
 
     def sample():
         with torch.no_grad():
-            return actor.get_action(obs)[0]
+            return actor.get_action(obs)[0][0]
 
     path = ExecutionPath(RunArgs(compile=compile, cudagraphs=True), device)
     captured = path.capture(path.compile(sample))

@@ -51,9 +51,7 @@ def test_replay_never_crosses_episode_boundaries(tmp_path, algo):
     args = module.Args(env_id="turborl-test/Boundaries-v0", total_timesteps=40, learning_starts=38,
                        buffer_size=100, batch_size=8, cuda=False, save_model=True, runs_dir=str(tmp_path))
     replay = torch.load(f"{module.main(args)['run_dir']}/{algo}.pt", weights_only=False)["replay"]
-    seed_axis = algo in ("td3",)  # the scripts with --num-seeds: the ring's rows are [seeds, ...]; seed 0's
-    obs, next_obs, dones = (replay[name][:, 0] if seed_axis else replay[name]
-                            for name in ("rb_obs", "rb_next_obs", "rb_dones"))
+    obs, next_obs, dones = (replay[name][:, 0] for name in ("rb_obs", "rb_next_obs", "rb_dones"))  # seed 0's ring
     assert len(obs) == 39  # every step but the last, whose transition the next call would store
     # Every stored transition stays inside one episode and advances time by one step.
     torch.testing.assert_close(next_obs, obs + torch.tensor([0.0, 1.0]))
