@@ -10,6 +10,8 @@ Runs the script's own `main` with the flags after `--`, unchanged, with two hook
   windows of the run's window length after that point (and the whole steady span, for reference).
 With CUDA graphs, the watched calls of the steady span are then replayed back to back, synchronized once at the
 end: the floor, the GPU time of the same work with no simulator and no host work in between.
+A run of `--num-seeds N` is measured as the work it does: `steady_sps` counts every seed's env steps (N times one
+seed's, also kept as `steady_sps_per_seed`) and the floor is per env step of one seed of the N.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class Watch:
 
     def progress(self, logger: RunLogger, step: int) -> None:
         Watch.original_progress(logger, step)
+        if logger.quiet:  # the other seeds of --num-seeds: their step is the first seed's
+            return
         self.window_steps = logger.window_steps  # the run's own windows
         if self.marks or all(counted[0] > self.path.warmup for counted in self.watched):
             self.marks.append((step, time.perf_counter()))
@@ -121,6 +125,12 @@ def measure(args: Args, script_argv: list[str]) -> dict:
     finally:
         ExecutionPath.capture, RunLogger.progress = Watch.original_capture, Watch.original_progress
     record = {**watch.result(watch.window_steps), "floor_us": watch.floor_us(), "summary": summary}
+    seeds = getattr(script_args, "num_seeds", 1)
+    if seeds > 1:
+        record.update(num_seeds=seeds, steady_sps_per_seed=record["steady_sps"])
+        for key in ("steady_sps", "steady_sps_whole"):
+            record[key] = record[key] and record[key] * seeds
+        record["floor_us"] = record["floor_us"] and record["floor_us"] / seeds
     with open(args.out, "w") as f:
         json.dump(record, f, indent=1)
     return record

@@ -168,7 +168,10 @@ ALGORITHMS = {
         "td3", cleanrl=CLEANRL["td3"],
         speed=(Task("td3", "HalfCheetah-v5", steps=25_000, eager_steps=5_000, learning_starts=2_000),
                Task("td3", "HalfCheetah-v5", steps=25_000, eager_steps=5_000, learning_starts=2_000, variant="fused",
-                    flags=("--fused-optimizer",), cuda_only=True)),
+                    flags=("--fused-optimizer",), cuda_only=True),
+               # 10 seeds in one process (--num-seeds): steps/s counts every seed's steps
+               Task("td3", "Hopper-v4", steps=25_000, eager_steps=2_000, learning_starts=2_000, variant="seeds10",
+                    flags=("--num-seeds", "10"), cuda_only=True)),
         # Eager TD3/SAC are slow: short eager budgets, the wall-time reference of the return curves.
         learning=(Task("td3", "HalfCheetah-v5", steps=1_000_000, eager_steps=50_000),),
         # Ant ends unhealthy episodes: terminal handling under test, at CleanRL's budget; Ant-v4 is the version
@@ -185,7 +188,9 @@ ALGORITHMS = {
         "sac", cleanrl=CLEANRL["sac"],
         speed=(Task("sac", "HalfCheetah-v5", steps=25_000, eager_steps=4_000, learning_starts=2_000),
                Task("sac", "HalfCheetah-v5", steps=25_000, eager_steps=4_000, learning_starts=2_000, variant="fused",
-                    flags=("--fused-optimizer",), cuda_only=True)),
+                    flags=("--fused-optimizer",), cuda_only=True),
+               Task("sac", "Hopper-v4", steps=25_000, eager_steps=2_000, learning_starts=2_000, variant="seeds10",
+                    flags=("--num-seeds", "10"), cuda_only=True)),
         learning=(Task("sac", "HalfCheetah-v5", steps=1_000_000, eager_steps=30_000),),
         long=(Task("sac", "Ant-v5", steps=1_000_000, eager_steps=1_000_000),),
         parity=parity("sac", MUJOCO_V4, 1_000_000),

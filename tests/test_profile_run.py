@@ -43,3 +43,16 @@ def test_measure_finds_the_steady_state_from_outside(tmp_path):
     assert 0 < record["startup_seconds"] < record["summary"]["wall_seconds"]  # compiling (or a cache hit)
     assert record["floor_us"] is None  # no graphs on a CPU
     assert record["summary"]["steps"] == 4000
+
+
+def test_measure_counts_every_seed_of_a_num_seeds_run(tmp_path):
+    """A --num-seeds run's speed is its work: every seed's env steps; the steady state starts where a lone seed's
+    would (the other seeds' loggers report the same steps)."""
+    from scripts import measure
+
+    flags = ["--env-id", "Pendulum-v1", "--total-timesteps", "3000", "--learning-starts", "500", "--runs-dir"]
+    lone = measure.measure(measure.Args(script="td3", out=str(tmp_path / "1.json")), [*flags, str(tmp_path / "a")])
+    three = measure.measure(measure.Args(script="td3", out=str(tmp_path / "3.json")),
+                            [*flags, str(tmp_path / "b"), "--num-seeds", "3"])
+    assert three["num_seeds"] == 3 and three["steady_sps"] == 3 * three["steady_sps_per_seed"]
+    assert three["steady_from_step"] == lone["steady_from_step"] and three["steady_windows"] == lone["steady_windows"]
