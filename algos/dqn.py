@@ -4,6 +4,13 @@ Per env step the device runs `store_and_act` (store the transition the envs just
 the device, then pick the next epsilon-greedy action) and, every `train_frequency` steps, `update` (sample a batch
 on the device, one Adam step). The update is launched before the CPU steps the envs, so the two overlap; the loop
 waits for nothing but the action's copy to the host.
+
+`--num-seeds N` trains N independent runs (seeds --seed ... --seed + N - 1) with the kernels of one: every tensor
+has a leading seeds axis (`[seeds, batch, obs]`), each layer is one batched matmul over the seeds' weights, and the
+loss is the sum of the seeds' losses, so each seed's gradient and Adam step are its own (common/seeds.py). Seed
+i has its own envs (the i-th block of the vector env), Q-network drawn from its own seed, replay memory and run
+folder; epsilon's schedule is the same for all. With N = 1 the run draws the random numbers of a run without the
+axis, in the same order, and its losses agree with that run's to float rounding.
 """
 
 from __future__ import annotations
@@ -14,14 +21,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from turborl.checkpoints import Checkpoints, export_policy
-from turborl.cli import RunArgs, check, check_run_args, cli, pick_device, seed_everything
+from turborl.cli import RunArgs, check, check_fits, check_run_args, cli, pick_device, seed_everything
 from turborl.envs import final_observations, make_env, track_episodes
 from turborl.link import EnvLink, EnvStep
-from turborl.logger import RunLogger
 from turborl.paths import ExecutionPath
+from turborl.seeds import SeedLinear, SeedLoggers, check_num_seeds, one_seed, seeded
 
 
 @dataclass
@@ -56,13 +62,18 @@ class Args(RunArgs):
     """env steps before learning starts"""
     train_frequency: int = 10
     """env steps between updates"""
+    num_seeds: int = 1
+    """independent runs trained together, seeds --seed to --seed + N - 1: each has its own envs (--num-envs),
+    Q-network, replay memory and run folder; one batched kernel serves all N"""
 
 
 class QNetwork(nn.Module):
+    """`[seeds, batch, obs]` -> `[seeds, batch, actions]`; SeedLinear is nn.Linear with the seeds axis."""
+
     def __init__(self, obs_dim: int, n_actions: int):
         super().__init__()
         self.network = nn.Sequential(
-            nn.Linear(obs_dim, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, n_actions)
+            SeedLinear(obs_dim, 120), nn.ReLU(), SeedLinear(120, 84), nn.ReLU(), SeedLinear(84, n_actions)
         )
 
     def forward(self, x):
@@ -90,6 +101,7 @@ def check_args(args: Args) -> None:
     check(0 < args.exploration_fraction <= 1, "--exploration-fraction must be in (0, 1]")
     check(0 < args.tau <= 1, f"--tau must be in (0, 1] (got {args.tau})")
     check(args.learning_rate > 0, f"--learning-rate must be positive (got {args.learning_rate})")
+    check_num_seeds(args)
 
 
 def main(args: Args) -> dict:
@@ -98,79 +110,83 @@ def main(args: Args) -> dict:
     device = pick_device(args.cuda)
     path = ExecutionPath(args, device)
     seed_everything(args.seed)
-    envs = make_env(args.env_id, args.num_envs, args.seed, action="discrete", algo="DQN",
+    n_seeds, n_envs = args.num_seeds, args.num_envs
+    envs = make_env(args.env_id, n_seeds * n_envs, args.seed, action="discrete", algo="DQN",
                     capture_video=args.capture_video, video_dir=os.path.join(args.runs_dir, "videos"),
                     backend=args.env_backend, device=str(device))
-    logger = RunLogger(args, "dqn", args.total_timesteps, device, run_root=args.runs_dir)
-    n_envs, obs_dim = args.num_envs, envs.single_observation_space.shape[0]
-    n_actions = int(envs.single_action_space.n)
+    obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
+    capacity = args.buffer_size
+    check_fits(capacity, n_seeds * 4 * (2 * obs_dim + 4), device, "the replay memory", "--buffer-size")
+    logger = SeedLoggers(args, "dqn", args.total_timesteps, device, run_root=args.runs_dir)
 
     # ALGO LOGIC: networks, replay memory and schedule, all on the device and updated in place
-    q_network = QNetwork(obs_dim, n_actions).to(device)
+    [q_network] = (m.to(device) for m in seeded(args.seed, n_seeds, lambda: (QNetwork(obs_dim, n_actions),)))
     target_network = copy.deepcopy(q_network).requires_grad_(False)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate,
                                  capturable=path.capturable, fused=path.fused)
-    capacity = args.buffer_size
-    rb_obs = torch.zeros(capacity, obs_dim, device=device)
-    rb_next_obs = torch.zeros(capacity, obs_dim, device=device)
-    rb_actions = torch.zeros(capacity, dtype=torch.long, device=device)
-    rb_rewards = torch.zeros(capacity, device=device)
-    rb_dones = torch.zeros(capacity, device=device)
+    rb_obs = torch.zeros(n_seeds, capacity, obs_dim, device=device)  # a ring per seed: [seeds, capacity, obs]
+    rb_next_obs = torch.zeros(n_seeds, capacity, obs_dim, device=device)
+    rb_actions = torch.zeros(n_seeds, capacity, dtype=torch.long, device=device)
+    rb_rewards = torch.zeros(n_seeds, capacity, device=device)
+    rb_dones = torch.zeros(n_seeds, capacity, device=device)
     rb_ptr = torch.zeros((), dtype=torch.long, device=device)
     rb_size = torch.zeros((), dtype=torch.long, device=device)
     env_steps = torch.zeros((), device=device)  # transitions stored: the host's global_step, one step behind
     epsilon = torch.ones((), device=device)
-    obs = torch.zeros(n_envs, obs_dim, device=device)  # what the last action was chosen on
-    action = torch.zeros(n_envs, dtype=torch.long, device=device)
+    obs = torch.zeros(n_seeds, n_envs, obs_dim, device=device)  # what the last action was chosen on
+    action = torch.zeros(n_seeds, n_envs, dtype=torch.long, device=device)
     env_index = torch.arange(n_envs, device=device)
-    metrics = torch.zeros(2, device=device)  # td_loss, q_values: written by `update`, read when logging
+    seed_index = torch.arange(n_seeds, device=device).unsqueeze(1)  # rb_x[seed_index, idx]: each seed's own ring
+    metrics = torch.zeros(2, n_seeds, device=device)  # td_loss, q_values per seed: written by `update`
 
     def store_and_act(step: EnvStep, after_reset: bool) -> torch.Tensor:
         """Write the transition the envs just finished into the replay ring (obs, the action taken on it, reward,
         terminated, the obs reached), then choose the action on the next obs. `after_reset`: the envs' first
         observation, no transition yet."""
+        step = EnvStep(*(field.unflatten(0, (n_seeds, n_envs)) for field in step))  # [seeds, envs, ...]
         if not after_reset:
             slots = (rb_ptr + env_index) % capacity
-            rb_obs[slots] = obs
-            rb_actions[slots] = action
-            rb_rewards[slots] = step.reward
-            rb_dones[slots] = step.terminated  # truncation is not termination: bootstrap through time limits
-            rb_next_obs[slots] = step.final_obs  # the obs reached, before autoreset (CleanRL's real_next_obs)
+            rb_obs[:, slots] = obs
+            rb_actions[:, slots] = action
+            rb_rewards[:, slots] = step.reward
+            rb_dones[:, slots] = step.terminated  # truncation is not termination: bootstrap through time limits
+            rb_next_obs[:, slots] = step.final_obs  # the obs reached, before autoreset (CleanRL's real_next_obs)
             rb_ptr.copy_((rb_ptr + n_envs) % capacity)
             rb_size.copy_(torch.clamp(rb_size + n_envs, max=capacity))
             env_steps.add_(n_envs)
 
         decay_steps = args.exploration_fraction * args.total_timesteps
         epsilon.copy_(torch.clamp(args.start_e + (args.end_e - args.start_e) * env_steps / decay_steps, min=args.end_e))
-        greedy = q_network(step.next_obs).argmax(dim=1)
+        greedy = q_network(step.next_obs).argmax(dim=2)
         # One draw for both coins: compiled code may reorder independent random ops, and the paths would disagree.
-        explore_coin, action_coin = torch.rand(2, n_envs, device=device)
+        explore_coin, action_coin = torch.rand(2, n_seeds, n_envs, device=device)
         random_action = (action_coin * n_actions).long().clamp(max=n_actions - 1)
         obs.copy_(step.next_obs)
         action.copy_(torch.where(explore_coin < epsilon, random_action, greedy))
-        return action
+        return action.flatten()  # [seeds x envs], as the envs take it
 
     def update() -> None:
-        idx = (torch.rand(args.batch_size, device=device) * rb_size).long()
+        idx = (torch.rand(n_seeds, args.batch_size, device=device) * rb_size).long()  # [seeds, batch]
         with torch.no_grad():
-            target_max = target_network(rb_next_obs[idx]).max(dim=1).values
-            td_target = rb_rewards[idx] + args.gamma * target_max * (1 - rb_dones[idx])
-        old_val = q_network(rb_obs[idx]).gather(1, rb_actions[idx].unsqueeze(1)).squeeze(1)
-        loss = F.mse_loss(td_target, old_val)
+            target_max = target_network(rb_next_obs[seed_index, idx]).max(dim=2).values
+            td_target = rb_rewards[seed_index, idx] + args.gamma * target_max * (1 - rb_dones[seed_index, idx])
+        old_val = q_network(rb_obs[seed_index, idx]).gather(2, rb_actions[seed_index, idx].unsqueeze(2)).squeeze(2)
+        loss = (td_target - old_val).pow(2).mean(1)  # each seed's MSE
         optimizer.zero_grad()
-        loss.backward()
+        loss.sum().backward()  # the seeds' losses summed: each seed's gradient comes from its own loss alone
         optimizer.step()
-        metrics.copy_(torch.stack([loss, old_val.mean()]).detach())
+        metrics.copy_(torch.stack([loss, old_val.mean(1)]).detach())
 
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
-    link = EnvLink(n_envs, obs_dim, (), torch.long, device, envs_on_device=args.env_backend != "gymnasium")
+    link = EnvLink(n_seeds * n_envs, obs_dim, (), torch.long, device,
+                   envs_on_device=args.env_backend != "gymnasium")
     store_and_act, update = path.compile(store_and_act), path.compile(update)
     act_after_reset = lambda: link.send_action(store_and_act(link.receive(), after_reset=True))  # rare: not captured
     store_and_act_step = path.capture(lambda: link.send_action(store_and_act(link.receive(), after_reset=False)))
     update = path.capture(update)
 
     # TRY NOT TO MODIFY: episodes, checkpoints and resume
-    episodes = track_episodes(args.env_backend, n_envs, device)
+    episodes = track_episodes(args.env_backend, n_seeds * n_envs, device, envs_per_seed=n_envs)
     checkpoints = Checkpoints(
         args, logger.dir, "dqn",
         modules={"q_network": q_network, "target_network": target_network, "optimizer": optimizer,
@@ -201,8 +217,8 @@ def main(args: Args) -> dict:
                 update()  # launched before the envs step: the GPU trains while the CPU simulates
                 updates += 1
                 if updates % args.log_every == 0:
-                    td_loss, q_values = metrics.tolist()
-                    logger.log(global_step, td_loss=td_loss, q_values=q_values, epsilon=epsilon.item())
+                    td_loss, q_values = metrics.tolist()  # one value per seed
+                    logger.log(global_step, td_loss=td_loss, q_values=q_values, epsilon=[epsilon.item()] * n_seeds)
             if iteration % (args.target_network_frequency // n_envs or 1) == 0:
                 with torch.no_grad():
                     for target_param, q_param in zip(target_network.parameters(), q_network.parameters(),
@@ -224,8 +240,10 @@ def main(args: Args) -> dict:
         if not logger.stop.requested:  # a stopped run's stay in its checkpoint, for the resumed run to log
             logger.log_episodes(global_step, episodes.read())  # any held back
         if args.save_model:
-            checkpoints.save("dqn.pt", envs, link, counters())
-            export_policy(GreedyPolicy(q_network), obs_dim, os.path.join(logger.dir, "dqn.pt2"))
+            checkpoints.save("dqn.pt", envs, link, counters())  # all seeds, in seed 0's folder
+            for i, seed_logger in enumerate(logger.loggers):
+                export_policy(one_seed(GreedyPolicy(q_network), i, n_seeds), obs_dim,
+                              os.path.join(seed_logger.dir, "dqn.pt2"))
     finally:
         envs.close()
         summary = logger.close(checkpoint=checkpoints.last, updates=updates)

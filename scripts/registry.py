@@ -163,7 +163,8 @@ ALGORITHMS = {
         learning=(Task("dqn", "CartPole-v1", steps=500_000, eager_steps=50_000),),
         parity=parity("dqn", CLASSIC_CONTROL, 500_000),
         tests={"dqn": TestRun("dqn", DQN_SHORT, loss="td_loss", checkpoint_every=1000),
-               "dqn-fused": TestRun("dqn", (*DQN_SHORT, "--fused-optimizer"), loss="td_loss", checkpoint_every=1000)}),
+               "dqn-fused": TestRun("dqn", (*DQN_SHORT, "--fused-optimizer"), loss="td_loss", checkpoint_every=1000),
+               "dqn-seeds3": TestRun("dqn", (*DQN_SHORT, "--num-seeds", "3"), loss="td_loss", checkpoint_every=1000)}),
     "td3": Algorithm(
         "td3", cleanrl=CLEANRL["td3"],
         speed=(Task("td3", "HalfCheetah-v5", steps=25_000, eager_steps=5_000, learning_starts=2_000),

@@ -17,6 +17,8 @@ CASES = [
     ("dqn", ["--total-timesteps", "5000"], ["--learning-starts 10000", "train nothing"]),
     ("dqn", ["--gamma", "5"], ["--gamma must be in (0, 1]"]),
     ("dqn", ["--threads", "0"], ["--threads must be >= 1"]),
+    ("dqn", ["--num-seeds", "-1"], ["--num-seeds must be >= 1"]),
+    ("dqn", ["--num-seeds", "4", "--buffer-size", str(10**11)], ["replay memory", "GiB", "lower --buffer-size to"]),
     ("td3", ["--env-id", "CartPole-v1"], ["continuous", "Pendulum-v1"]),
     ("td3", ["--env-id", "Pendulum-v1", "--total-timesteps", "5000"], ["--learning-starts 25000", "train nothing"]),
     ("td3", ["--env-id", "Pendulum-v1", "--exploration-noise", "-0.1"], ["--exploration-noise"]),

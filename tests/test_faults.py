@@ -113,7 +113,7 @@ def test_exported_policies_reproduce_the_scripts_deterministic_actions(tmp_path)
     q_network.load_state_dict(torch.load(os.path.join(run_dir, "dqn.pt"), weights_only=False)["q_network"])
     obs = torch.randn(64, 4)
     exported = torch.export.load(os.path.join(run_dir, "dqn.pt2")).module()
-    assert torch.equal(exported(obs), q_network(obs).argmax(-1))
+    assert torch.equal(exported(obs), q_network(obs.unsqueeze(0))[0].argmax(-1))  # one seed: [seeds, batch, obs]
 
     # scripts/evaluate.py runs it (given the checkpoint, through the policy exported next to it).
     evaluation = subprocess.run([sys.executable, "scripts/evaluate.py", os.path.join(run_dir, "dqn.pt"),
