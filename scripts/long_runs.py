@@ -12,6 +12,9 @@ The runs' folders stay under --runs-dir between calls. Each run gets one JSON in
 format: `partial` with its segments until it is done, then `ok` with the return curve stitched over the segments
 (wall seconds add up across them), the mean return of its last 20 training episodes, and the mean return of 10
 deterministic episodes of its final policy (scripts/evaluate.py: what CleanRL's model cards report).
+
+With --num-seeds N, one process trains N consecutive seeds of a task at once (the scripts' --num-seeds: seeds as
+a batch axis), and each of its seeds still gets its own JSON, read from its own run folder.
 """
 
 from __future__ import annotations
@@ -64,29 +67,35 @@ class Args:
     """the runs' folders (checkpoints, metrics), kept between calls"""
     checkpoint_every: int = 250_000
     """env steps between periodic checkpoints (the run resumes from the last one if a stop fails)"""
+    num_seeds: int = 1
+    """seeds per process: consecutive seeds of a task go together, up to this many, into one run of the script's
+    --num-seeds (td3, sac and dqn have it)"""
 
 
 def target(args: Args, task: Task, seed: int) -> str:
     return os.path.join(args.out, f"{task.label}__{task.env_id}__{args.path}__s{seed}.json")
 
 
-def flags_of(args: Args, task: Task, seed: int) -> list[str]:
-    return ["--env-id", task.env_id, "--seed", str(seed), "--total-timesteps", str(task.steps),
-            *PATH_FLAGS[args.path], *task.flags]
+def flags_of(args: Args, task: Task, seed: int, num_seeds: int = 1) -> list[str]:
+    return ["--env-id", task.env_id, "--seed", str(seed), *(["--num-seeds", str(num_seeds)] if num_seeds > 1 else []),
+            "--total-timesteps", str(task.steps), *PATH_FLAGS[args.path], *task.flags]
 
 
-def newest_run(runs_dir: str) -> str | None:
-    folders = [d for d in glob.glob(os.path.join(runs_dir, "*")) if os.path.isdir(d)]
+def newest_run(runs_dir: str, seed: int) -> str | None:
+    """The newest run folder of `seed` (the scripts name them `{env}__{algo}__{seed}__{time}`)."""
+    folders = [d for d in glob.glob(os.path.join(runs_dir, "*"))
+               if os.path.isdir(d) and os.path.basename(d).split("__")[2:3] == [str(seed)]]
     return max(folders, key=os.path.getmtime) if folders else None
 
 
-def read_summary(run_dir: str | None) -> dict:
-    """The run's summary.json; for a run killed before writing it, its newest periodic checkpoint (`<algo>-step<N>.pt`)
-    with the steps it holds and the last seconds its metrics logged."""
+def read_summary(run_dir: str | None, checkpoint_dir: str | None = None) -> dict:
+    """The run's summary.json; for a run killed before writing it, its newest periodic checkpoint (`<algo>-step<N>.pt`,
+    in `checkpoint_dir`: the folder of its process's first seed) with the steps it holds and the last seconds its
+    metrics logged."""
     path = os.path.join(run_dir or "", "summary.json")
     if os.path.exists(path):
         return json.load(open(path))
-    periodic = sorted(glob.glob(os.path.join(run_dir or "", "*-step*.pt")), key=os.path.getmtime)
+    periodic = sorted(glob.glob(os.path.join(checkpoint_dir or run_dir or "", "*-step*.pt")), key=os.path.getmtime)
     if not periodic:
         return {"status": "failed"}
     with open(os.path.join(run_dir, "metrics.csv")) as f:
@@ -143,73 +152,85 @@ def evaluate(run_dir: str) -> float | None:
 @dataclass
 class Launched:
     task: Task
-    seed: int
-    record: dict
+    seeds: list[int]  # consecutive: one process's --seed and --num-seeds
+    records: list[dict]
+    paths: list[str]
     runs_dir: str
     process: subprocess.Popen
     log: str
     concurrent_runs: int
 
 
-def launch(args: Args, task: Task, seed: int, path: str, concurrent_runs: int) -> Launched:
-    record = json.load(open(path)) if os.path.exists(path) else {"segments": []}
-    runs_dir = os.path.join(args.runs_dir, f"{task.label}-{task.env_id}-s{seed}")
-    unrecorded = newest_run(runs_dir)  # a segment whose call was killed before it wrote this JSON
-    if unrecorded and record["segments"] and os.path.relpath(unrecorded, ROOT) != record["segments"][-1]["run_dir"]:
-        summary = read_summary(unrecorded)
-        if summary.get("checkpoint") and summary["steps"] > record["segments"][-1]["steps"]:
-            record["segments"].append(segment(unrecorded, summary, concurrent_runs))
-    last = record["segments"][-1:]
-    if last and not os.path.exists(os.path.join(ROOT, last[0]["checkpoint"])):
-        print(f"{os.path.basename(path)}: its checkpoint went with an earlier machine; starting over")
-        record, last = {"segments": []}, []
-    resume = ["--resume", os.path.join(ROOT, last[0]["checkpoint"])] if last else []
-    command = [sys.executable, f"algos/{task.script}.py", *flags_of(args, task, seed), "--save-model",
+def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurrent_runs: int) -> Launched:
+    records = [json.load(open(path)) if os.path.exists(path) else {"segments": []} for path in paths]
+    runs_dir = os.path.join(args.runs_dir, f"{task.label}-{task.env_id}-s{seeds[0]}"
+                            + (f"-{seeds[-1]}" if len(seeds) > 1 else ""))
+    first_dir = newest_run(runs_dir, seeds[0])
+    for seed, record in zip(seeds, records):
+        unrecorded = newest_run(runs_dir, seed)  # a segment whose call was killed before it wrote this JSON
+        if unrecorded and record["segments"] and os.path.relpath(unrecorded, ROOT) != record["segments"][-1]["run_dir"]:
+            summary = read_summary(unrecorded, first_dir)
+            if summary.get("checkpoint") and summary["steps"] > record["segments"][-1]["steps"]:
+                record["segments"].append(segment(unrecorded, summary, concurrent_runs))
+    # The seeds of one process share its checkpoint: they resume together or start over together.
+    checkpoints = {record["segments"][-1]["checkpoint"] if record["segments"] else None for record in records}
+    last = next(iter(checkpoints)) if len(checkpoints) == 1 else None
+    if checkpoints != {None} and not (last and os.path.exists(os.path.join(ROOT, last))):
+        why = "its checkpoint went with an earlier machine" if last else "its seeds have no checkpoint in common"
+        print(f"{', '.join(os.path.basename(path) for path in paths)}: {why}; starting over")
+        records, last = [{"segments": []} for _ in paths], None
+    resume = ["--resume", os.path.join(ROOT, last)] if last else []
+    command = [sys.executable, f"algos/{task.script}.py", *flags_of(args, task, seeds[0], len(seeds)), "--save-model",
                "--checkpoint-every", str(args.checkpoint_every), "--runs-dir", runs_dir, *resume]
     os.makedirs(runs_dir, exist_ok=True)
-    log = os.path.join(runs_dir, f"segment{len(record['segments']) + 1}.log")
+    log = os.path.join(runs_dir, f"segment{len(records[0]['segments']) + 1}.log")
     # One CPU thread each: a dozen runs share the cores, and their tiny networks gain nothing from more.
     env = {"OMP_NUM_THREADS": "1", **os.environ}
     process = subprocess.Popen(command, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
-    return Launched(task, seed, record, runs_dir, process, log, concurrent_runs)
+    return Launched(task, seeds, records, paths, runs_dir, process, log, concurrent_runs)
 
 
-def finish(args: Args, run: Launched, info: dict, path: str) -> dict:
-    """The run's JSON after its process ended: a new segment, and `ok`, `partial` or `failed`."""
-    task, seed, record = run.task, run.seed, run.record
-    run_dir = newest_run(run.runs_dir)
-    summary = read_summary(run_dir)
-    if summary.get("checkpoint"):
-        record["segments"].append(segment(run_dir, summary, run.concurrent_runs))
-    record.update({
-        "algo": task.label, "env_id": task.env_id, "path": args.path, "seed": seed, "steps": task.steps,
-        "command": shlex.join(["python", f"algos/{task.script}.py", *flags_of(args, task, seed)]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": info, "suite": "learning", "scale": 1.0,
-        # CUDA MPS lets the runs' kernels share the GPU at once instead of taking turns.
-        "gpu_sharing": "mps" if mps_daemon_running() else "time-sliced",
-        "concurrent_runs": max([run.concurrent_runs] + [s.get("concurrent_runs", 1) for s in record["segments"]]),
-        "reached": summary.get("steps", record.get("reached", 0)),
-    })
-    if summary["status"] == "done":
-        segments = record["segments"]
-        curve, solved_seconds, last100 = stitched_curve(segments)
-        record.update(status="ok", final_return=summary["mean_return_last20"], return_last100=last100,
-                      run_wall_seconds=sum(s["wall_seconds"] for s in segments), curve=curve,
-                      solved_seconds=solved_seconds, episodes=summary["episodes"], eval_return=evaluate(run_dir))
-    elif summary["status"] == "interrupted" and summary.get("checkpoint"):
-        record.update(status="partial", return_at_stop=summary["mean_return_last20"])
-    else:
-        record.update(status="failed", error=open(run.log).read()[-1500:])
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f, indent=1)
-    os.replace(path + ".tmp", path)
-    return record
+def finish(args: Args, run: Launched, info: dict) -> list[dict]:
+    """The JSON of each seed of the run after its process ended: a new segment, and `ok`, `partial` or `failed`."""
+    task, first_dir = run.task, newest_run(run.runs_dir, run.seeds[0])
+    for seed, record, path in zip(run.seeds, run.records, run.paths):
+        run_dir = newest_run(run.runs_dir, seed)
+        summary = read_summary(run_dir, first_dir)
+        if summary.get("checkpoint"):
+            record["segments"].append(segment(run_dir, summary, run.concurrent_runs))
+        record.update({
+            "algo": task.label, "env_id": task.env_id, "path": args.path, "seed": seed, "steps": task.steps,
+            "num_seeds": len(run.seeds),
+            "command": shlex.join(["python", f"algos/{task.script}.py",
+                                   *flags_of(args, task, run.seeds[0], len(run.seeds))]),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": info, "suite": "learning", "scale": 1.0,
+            # CUDA MPS lets the runs' kernels share the GPU at once instead of taking turns.
+            "gpu_sharing": "mps" if mps_daemon_running() else "time-sliced",
+            "concurrent_runs": max([run.concurrent_runs] + [s.get("concurrent_runs", 1) for s in record["segments"]]),
+            "reached": summary.get("steps", record.get("reached", 0)),
+        })
+        if summary["status"] == "done":
+            segments = record["segments"]
+            curve, solved_seconds, last100 = stitched_curve(segments)
+            record.update(status="ok", final_return=summary["mean_return_last20"], return_last100=last100,
+                          run_wall_seconds=sum(s["wall_seconds"] for s in segments), curve=curve,
+                          solved_seconds=solved_seconds, episodes=summary["episodes"], eval_return=evaluate(run_dir))
+        elif summary["status"] == "interrupted" and summary.get("checkpoint"):
+            record.update(status="partial", return_at_stop=summary["mean_return_last20"])
+        else:
+            record.update(status="failed", error=open(run.log).read()[-1500:])
+        with open(path + ".tmp", "w") as f:
+            json.dump(record, f, indent=1)
+        os.replace(path + ".tmp", path)
+    return run.records
 
 
 def main(args: Args) -> None:
     if args.suite not in ("parity", "long"):
         raise SystemExit(f"error: --suite must be parity or long (got {args.suite})")
+    if args.num_seeds < 1:
+        raise SystemExit(f"error: --num-seeds must be >= 1 (got {args.num_seeds})")
     args.out = args.out or os.path.join(ROOT, "results", *(("parity", "runs") if args.suite == "parity" else
                                                             ("learning",)))
 
@@ -223,7 +244,7 @@ def main(args: Args) -> None:
     seeds = sorted(set(args.seeds) | {int(run.rsplit("/", 1)[1]) for run in args.runs})
     os.makedirs(args.out, exist_ok=True)
     info = machine()
-    pending = []
+    pending = []  # (task, seeds, paths): one process each
     for task in tasks:
         for seed in seeds:
             path = target(args, task, seed)
@@ -232,19 +253,23 @@ def main(args: Args) -> None:
             if task.cuda_only and not info.get("gpu"):
                 print(f"{os.path.basename(path)}: needs CUDA; skipped")
                 continue
-            pending.append((task, seed, path))
+            last = pending[-1] if pending else None
+            if last and last[0] is task and len(last[1]) < args.num_seeds and last[1][-1] == seed - 1:
+                last[1].append(seed), last[2].append(path)
+            else:
+                pending.append((task, [seed], [path]))
     concurrent = min(args.jobs, len(pending))
-    print(f"{len(pending)} runs, {concurrent} side by side"
+    print(f"{sum(len(p[1]) for p in pending)} runs in {len(pending)} processes, {concurrent} side by side"
           + (f", until {args.deadline:.0f} s" if args.deadline is not None else ""), flush=True)
     start, running, records = time.time(), {}, {}
     stop_at = math.inf if args.deadline is None else args.deadline - args.stop_seconds
     while (pending or running) and time.time() - start < stop_at:
         while pending and len(running) < args.jobs:
-            task, seed, path = pending.pop(0)
-            running[path] = launch(args, task, seed, path, concurrent)
+            task, group, paths = pending.pop(0)
+            running[paths[0]] = launch(args, task, group, paths, concurrent)
         time.sleep(5)
         for path in [path for path, run in running.items() if run.process.poll() is not None]:
-            records[path] = finish(args, running.pop(path), info, path)
+            records.update(zip(running[path].paths, finish(args, running.pop(path), info)))
     for run in running.values():
         run.process.send_signal(signal.SIGINT)  # stops where the iteration ends, after its checkpoint
     for path, run in running.items():
@@ -252,9 +277,9 @@ def main(args: Args) -> None:
             run.process.wait(timeout=120)
         except subprocess.TimeoutExpired:
             run.process.kill()
-        records[path] = finish(args, run, info, path)
+        records.update(zip(run.paths, finish(args, run, info)))
     if pending:
-        print(f"{len(pending)} runs not started before the deadline: the next call starts them")
+        print(f"{sum(len(p[1]) for p in pending)} runs not started before the deadline: the next call starts them")
 
     print(f"{'run':40} {'status':8} {'steps':>9} {'return':>8} {'eval':>8} segments")
     fmt = lambda v: f"{v:8.0f}" if isinstance(v, (int, float)) else f"{'-':>8}"  # noqa: E731

@@ -1,5 +1,6 @@
 """scripts/long_runs.py: runs wait for a free place, each gets its JSON (CleanRL's last-100 return, the final
-policy's evaluation), finished runs are not run again, and a run whose checkpoint is gone starts over."""
+policy's evaluation), finished runs are not run again, a run whose checkpoint is gone starts over, and with
+--num-seeds one process trains consecutive seeds that are recorded as runs of their own."""
 
 import csv
 import glob
@@ -9,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from scripts import long_runs
 from scripts.registry import Algorithm, Task
@@ -42,14 +45,40 @@ def test_a_suite_runs_two_seeds_in_one_place_and_records_each(tmp_path, monkeypa
     assert "0 runs" in capsys.readouterr().out
 
 
-def test_a_segment_whose_call_was_killed_is_found_and_resumed(tmp_path, monkeypatch):
+def test_seeds_share_a_process_and_each_gets_its_own_record(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(long_runs, "ALGORITHMS", {"dqn": Algorithm("dqn", parity=(TASK,))})
+    out = tmp_path / "out"
+    args = long_runs.Args(seeds=[1, 2, 3, 5], num_seeds=2, path="eager", out=str(out), runs_dir=str(tmp_path / "r"))
+
+    long_runs.main(args)
+
+    assert "4 runs in 3 processes" in capsys.readouterr().out  # 1-2, 3 and 5: a process's seeds are consecutive
+    records = {seed: json.load(open(out / f"dqn__CartPole-v1__eager__s{seed}.json")) for seed in (1, 2, 3, 5)}
+    assert [records[seed]["num_seeds"] for seed in (1, 2, 3, 5)] == [2, 2, 1, 1]
+    assert "--seed 1 --num-seeds 2 " in records[2]["command"] and "--num-seeds" not in records[3]["command"]
+    for seed, record in records.items():
+        assert record["status"] == "ok" and record["reached"] == 3000 and record["eval_return"] is not None
+        run_dir = os.path.join(long_runs.ROOT, record["segments"][0]["run_dir"])
+        assert json.load(open(os.path.join(run_dir, "args.json")))["seed"] == seed
+        with open(os.path.join(run_dir, "metrics.csv")) as f:
+            returns = [float(r["value"]) for r in csv.DictReader(f) if r["name"] == "episodic_return"]
+        assert record["return_last100"] == sum(returns[-100:]) / len(returns[-100:])
+    assert records[1]["segments"][0]["checkpoint"] == records[2]["segments"][0]["checkpoint"]
+    assert records[1]["curve"] != records[2]["curve"]
+
+
+@pytest.mark.parametrize("num_seeds", [1, 2])
+def test_a_segment_whose_call_was_killed_is_found_and_resumed(tmp_path, monkeypatch, num_seeds):
     """A call killed while its runs stopped (the machine's time ran out) never wrote their JSONs: the next call
-    finds the newest checkpoint in the run's folders and resumes from it, not from the last recorded one."""
+    finds the newest checkpoint in the run's folders and resumes from it, not from the last recorded one. With
+    --num-seeds, the process's seeds resume together from the checkpoint in its first seed's folder."""
     task = Task("dqn", "CartPole-v1", steps=20_000, eager_steps=20_000, flags=TASK.flags)
     monkeypatch.setattr(long_runs, "ALGORITHMS", {"dqn": Algorithm("dqn", parity=(task,))})
-    args = long_runs.Args(seeds=[1], path="eager", out=str(tmp_path / "out"), runs_dir=str(tmp_path / "runs"))
-    runs_dir = tmp_path / "runs" / "dqn-CartPole-v1-s1"
-    command = [sys.executable, "algos/dqn.py", *long_runs.flags_of(args, task, 1), "--save-model",
+    seeds = [1, 2][:num_seeds]
+    args = long_runs.Args(seeds=seeds, num_seeds=num_seeds, path="eager", out=str(tmp_path / "out"),
+                          runs_dir=str(tmp_path / "runs"))
+    runs_dir = tmp_path / "runs" / ("dqn-CartPole-v1-s1" + ("-2" if num_seeds == 2 else ""))
+    command = [sys.executable, "algos/dqn.py", *long_runs.flags_of(args, task, 1, num_seeds), "--save-model",
                "--checkpoint-every", "1000", "--runs-dir", str(runs_dir)]
 
     def run_until_a_checkpoint(signal_number, *resume):
@@ -60,19 +89,20 @@ def test_a_segment_whose_call_was_killed_is_found_and_resumed(tmp_path, monkeypa
             time.sleep(0.05)
         process.send_signal(signal_number)
         process.wait()
-        [new] = set(glob.glob(str(runs_dir / "*"))) - before
-        return new
+        return sorted(set(glob.glob(str(runs_dir / "*"))) - before, key=lambda d: int(d.split("__")[2]))
 
-    first = run_until_a_checkpoint(signal.SIGINT)  # a recorded segment: stopped, its summary names its checkpoint
-    summary = json.load(open(os.path.join(first, "summary.json")))
+    firsts = run_until_a_checkpoint(signal.SIGINT)  # a recorded segment: stopped, its summary names its checkpoint
+    summaries = [json.load(open(os.path.join(first, "summary.json"))) for first in firsts]
     os.makedirs(tmp_path / "out")
-    record = {"segments": [long_runs.segment(first, summary, 1)], "status": "partial"}
-    (tmp_path / "out" / "dqn__CartPole-v1__eager__s1.json").write_text(json.dumps(record))
-    killed = run_until_a_checkpoint(signal.SIGKILL, "--resume", summary["checkpoint"])  # no summary, no JSON
+    for seed, first, summary in zip(seeds, firsts, summaries, strict=True):
+        record = {"segments": [long_runs.segment(first, summary, 1)], "status": "partial"}
+        (tmp_path / "out" / f"dqn__CartPole-v1__eager__s{seed}.json").write_text(json.dumps(record))
+    killed = run_until_a_checkpoint(signal.SIGKILL, "--resume", summaries[0]["checkpoint"])  # no summary, no JSON
 
     long_runs.main(args)
 
-    record = json.load(open(tmp_path / "out" / "dqn__CartPole-v1__eager__s1.json"))
-    assert record["status"] == "ok" and record["reached"] == 20_000 and len(record["segments"]) == 3
-    assert record["segments"][1]["run_dir"] == os.path.relpath(killed, long_runs.ROOT)
-    assert record["segments"][1]["steps"] > summary["steps"]
+    for seed, dead, summary in zip(seeds, killed, summaries, strict=True):
+        record = json.load(open(tmp_path / "out" / f"dqn__CartPole-v1__eager__s{seed}.json"))
+        assert record["status"] == "ok" and record["reached"] == 20_000 and len(record["segments"]) == 3
+        assert record["segments"][1]["run_dir"] == os.path.relpath(dead, long_runs.ROOT)
+        assert record["segments"][1]["steps"] > summary["steps"]
