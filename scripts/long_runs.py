@@ -166,7 +166,7 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
     runs_dir = os.path.join(args.runs_dir, f"{task.label}-{task.env_id}-s{seeds[0]}"
                             + (f"-{seeds[-1]}" if len(seeds) > 1 else ""))
     first_dir = newest_run(runs_dir, seeds[0])
-    for seed, record in zip(seeds, records):
+    for seed, record in zip(seeds, records, strict=True):
         unrecorded = newest_run(runs_dir, seed)  # a segment whose call was killed before it wrote this JSON
         if unrecorded and record["segments"] and os.path.relpath(unrecorded, ROOT) != record["segments"][-1]["run_dir"]:
             summary = read_summary(unrecorded, first_dir)
@@ -193,7 +193,7 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
 def finish(args: Args, run: Launched, info: dict) -> list[dict]:
     """The JSON of each seed of the run after its process ended: a new segment, and `ok`, `partial` or `failed`."""
     task, first_dir = run.task, newest_run(run.runs_dir, run.seeds[0])
-    for seed, record, path in zip(run.seeds, run.records, run.paths):
+    for seed, record, path in zip(run.seeds, run.records, run.paths, strict=True):
         run_dir = newest_run(run.runs_dir, seed)
         summary = read_summary(run_dir, first_dir)
         if summary.get("checkpoint"):
@@ -269,15 +269,16 @@ def main(args: Args) -> None:
             running[paths[0]] = launch(args, task, group, paths, concurrent)
         time.sleep(5)
         for path in [path for path, run in running.items() if run.process.poll() is not None]:
-            records.update(zip(running[path].paths, finish(args, running.pop(path), info)))
+            run = running.pop(path)
+            records.update(zip(run.paths, finish(args, run, info), strict=True))
     for run in running.values():
         run.process.send_signal(signal.SIGINT)  # stops where the iteration ends, after its checkpoint
-    for path, run in running.items():
+    for run in running.values():
         try:
             run.process.wait(timeout=120)
         except subprocess.TimeoutExpired:
             run.process.kill()
-        records.update(zip(run.paths, finish(args, run, info)))
+        records.update(zip(run.paths, finish(args, run, info), strict=True))
     if pending:
         print(f"{sum(len(p[1]) for p in pending)} runs not started before the deadline: the next call starts them")
 
