@@ -1,5 +1,5 @@
 """Learning runs longer than one sitting: the parity suite against CleanRL (scripts/registry.py's `parity` tasks:
-CleanRL's benchmark envs, versions, budgets and default flags, 3 seeds each) and the registry's other `long` tasks.
+CleanRL's benchmark envs, versions, budgets, default flags and seeds) and the registry's other `long` tasks.
 
     nvidia-cuda-mps-control -d                # on one GPU: the runs' kernels share it at once instead of taking turns
     python scripts/long_runs.py               # the whole parity suite, 12 runs side by side, to the end
@@ -47,8 +47,8 @@ class Args:
     """only these tasks, by label (empty: every task of the suite)"""
     envs: list[str] = field(default_factory=list)
     """only these env ids (empty: every env of the suite)"""
-    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
-    """seeds of each task"""
+    seeds: list[int] = field(default_factory=list)
+    """seeds of each task (empty: each task's own, 1 to its `seeds`)"""
     runs: list[str] = field(default_factory=list)
     """only these runs, as label/env-id/seed (e.g. sac/Ant-v4/1); replaces --labels, --envs and --seeds"""
     path: str = "compile+cudagraphs"
@@ -238,15 +238,15 @@ def main(args: Args) -> None:
         if args.runs:
             return f"{task.label}/{task.env_id}/{seed}" in args.runs
         return ((not args.labels or task.label in args.labels) and (not args.envs or task.env_id in args.envs)
-                and seed in args.seeds)
+                and seed in (args.seeds or range(1, task.seeds + 1)))
 
     tasks = [task for algorithm in ALGORITHMS.values() for task in getattr(algorithm, args.suite)]
-    seeds = sorted(set(args.seeds) | {int(run.rsplit("/", 1)[1]) for run in args.runs})
+    named = {int(run.rsplit("/", 1)[1]) for run in args.runs}
     os.makedirs(args.out, exist_ok=True)
     info = machine()
     pending = []  # (task, seeds, paths): one process each
     for task in tasks:
-        for seed in seeds:
+        for seed in sorted(set(args.seeds or range(1, task.seeds + 1)) | named):
             path = target(args, task, seed)
             if not wanted(task, seed) or (os.path.exists(path) and json.load(open(path)).get("status") == "ok"):
                 continue

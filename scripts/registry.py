@@ -31,6 +31,8 @@ class Task:
     """its flags tune what --compile builds (--max-autotune): run in the compiled paths only"""
     min_steps: int = 1000
     """fewest env steps of a run at any --scale (PPO: 8 rollouts, so steady-state windows follow its startup)"""
+    seeds: int = 3
+    """a parity task's seeds, 1 to this (MuJoCo v4: 5; Atari, 10M steps a seed: 1)"""
 
     @property
     def label(self) -> str:
@@ -83,8 +85,8 @@ class Algorithm:
     long: tuple[Task, ...] = ()
     """learning runs longer than one device call (scripts/long_runs.py resumes them call after call)"""
     parity: tuple[Task, ...] = ()
-    """CleanRL's benchmark setups (env version, budget, default flags), run 3 seeds each by scripts/long_runs.py
-    --suite parity and compared with `cleanrl` in results/parity/"""
+    """CleanRL's benchmark setups (env version, budget, default flags, seeds), run by scripts/long_runs.py --suite
+    parity and compared with `cleanrl` in results/parity/"""
     tests: dict[str, TestRun] = field(default_factory=dict)
 
 
@@ -178,7 +180,7 @@ ALGORITHMS = {
         # Ant ends unhealthy episodes: terminal handling under test, at CleanRL's budget; Ant-v4 is the version
         # CleanRL's published returns used (v5 adds contact forces to the observation and a contact cost).
         long=(Task("td3", "Ant-v5", steps=1_000_000, eager_steps=1_000_000),),
-        parity=parity("td3", MUJOCO_V4, 1_000_000),
+        parity=parity("td3", MUJOCO_V4, 1_000_000, seeds=5),
         tests={"td3": TestRun("td3", PENDULUM_OFF_POLICY, loss="qf_loss", checkpoint_every=400),
                "td3-fused": TestRun("td3", (*PENDULUM_OFF_POLICY, "--fused-optimizer"), loss="qf_loss",
                                     checkpoint_every=400, gpu_only=True),
@@ -194,7 +196,7 @@ ALGORITHMS = {
                     flags=("--num-seeds", "10"), cuda_only=True)),
         learning=(Task("sac", "HalfCheetah-v5", steps=1_000_000, eager_steps=30_000),),
         long=(Task("sac", "Ant-v5", steps=1_000_000, eager_steps=1_000_000),),
-        parity=parity("sac", MUJOCO_V4, 1_000_000),
+        parity=parity("sac", MUJOCO_V4, 1_000_000, seeds=5),
         tests={"sac": TestRun("sac", PENDULUM_OFF_POLICY, loss="qf_loss", checkpoint_every=400),
                "sac-seeds3": TestRun("sac", (*PENDULUM_OFF_POLICY, "--num-seeds", "3"), loss="qf_loss",
                                      checkpoint_every=400)}),
@@ -237,7 +239,7 @@ ALGORITHMS = {
                   Task("ppo", "HalfCheetah-v5", steps=1_000_000, eager_steps=100_000, min_steps=8 * 2048)),
         long=(Task("ppo", "Ant-v5", steps=1_000_000, eager_steps=1_000_000),),
         # ppo.py reproduces CleanRL's ppo.py (discrete actions) and ppo_continuous_action.py (Box actions).
-        parity=(*parity("ppo", CLASSIC_CONTROL, 500_000), *parity("ppo", MUJOCO_V4, 1_000_000)),
+        parity=(*parity("ppo", CLASSIC_CONTROL, 500_000), *parity("ppo", MUJOCO_V4, 1_000_000, seeds=5)),
         tests={"ppo": TestRun("ppo", ("--total-timesteps", "1536", "--num-steps", "64", "--log-every", "1"),
                               loss="policy_loss", checkpoint_every=1000),
                "ppo-continuous": TestRun("ppo", ("--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "64",
@@ -299,7 +301,7 @@ ALGORITHMS = {
         speed=(Task("ppo_atari", "Breakout-v5", steps=8 * 128 * 24, eager_steps=8 * 128 * 8, min_steps=8 * 128 * 4),
                Task("ppo_atari", "Breakout-v5", steps=64 * 128 * 6, eager_steps=64 * 128 * 3, variant="envs64",
                     flags=("--num-envs", "64"), cuda_only=True)),
-        parity=parity("ppo_atari", ATARI, 10_000_000, cuda_only=True),
+        parity=parity("ppo_atari", ATARI, 10_000_000, cuda_only=True, seeds=1),
         # 2 epochs x 2 minibatches: after 16 Adam steps per log, the CNN's rounding (eager vs compiled convolutions)
         # has grown to ~1e-3 of the loss; after 4 it stays at ~1e-5.
         # Loose, on the value loss: compiled, the Nature CNN's convolutions round apart from eager's cuDNN ones (on
@@ -318,7 +320,7 @@ ALGORITHMS = {
         # env-only rate); purejaxql's recipe runs 128 games with CleanRL's ratio of updates to env steps.
         long=(Task("pqn_atari", "Breakout-v5", steps=10_000_000, eager_steps=10_000_000, variant="envs128",
                    flags=PQN_ATARI_128, cuda_only=True),),
-        parity=parity("pqn_atari", ATARI, 10_000_000, cuda_only=True),
+        parity=parity("pqn_atari", ATARI, 10_000_000, cuda_only=True, seeds=1),
         # Loose: the first losses agree exactly, later ones drift apart even with identical actions (all random:
         # --end-e 1): the compiled LayerNorm CNN rounds otherwise and the RAdam steps carry it.
         tests={"pqn-atari": TestRun("pqn_atari", ("--num-envs", "4", "--num-steps", "16", "--total-timesteps", "512",

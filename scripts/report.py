@@ -234,7 +234,8 @@ def plot_returns(runs: list[dict], path: str) -> None:
 
 
 PARITY_COMMAND = """nvidia-cuda-mps-control -d      # one GPU: the runs' kernels share it at once, not taking turns
-python scripts/long_runs.py     # every parity task x seeds 1-3, 12 side by side, to the end (resumable)
+python scripts/long_runs.py --labels td3 sac --num-seeds 5  # MuJoCo: a task's 5 seeds in one process
+python scripts/long_runs.py     # the rest: every parity task x its seeds, 12 side by side, to the end (resumable)
 python scripts/report.py        # -> results/parity/README.md and its plots"""
 
 
@@ -249,7 +250,8 @@ def seed_return(run: dict, reference: Reference | None) -> float | None:
 def parity_rows(runs: list[dict], short: bool = False) -> list[str]:
     """One row per script x env: our mean ± std over finished seeds against CleanRL's, pass or fail, wall time.
     `short`: the rows with finished seeds, without the wall time and machine (the README's table)."""
-    groups = {(task.env_id, task.label): [] for algorithm in ALGORITHMS.values() for task in algorithm.parity}
+    tasks = {(task.env_id, task.label): task for algorithm in ALGORITHMS.values() for task in algorithm.parity}
+    groups = {key: [] for key in tasks}
     for run in runs:
         groups.setdefault((run["env_id"], run["algo"]), []).append(run)
     lines = ["| env | script | seeds | turborl (mean ± std) | CleanRL (mean ± std, seeds, steps) | pass | "
@@ -276,8 +278,9 @@ def parity_rows(runs: list[dict], short: bool = False) -> list[str]:
             theirs = (f"to 5,000 in {statistics.mean(solved):.0f} ± {statistics.pstdev(solved):.0f} s; C engine "
                       f"{statistics.mean(evals):,.0f}" if solved and evals else "–")
             verdict = ("pass" if len(solved) == len(ok) else "**fail**") if solved else "–" if ok else "not run"
-        if ok and len(ok) < 3:
-            verdict += f" ({len(ok)} of 3 seeds)"
+        wanted = tasks[(env_id, algo)].seeds if (env_id, algo) in tasks else 3
+        if ok and len(ok) < wanted:
+            verdict += f" ({len(ok)} of {wanted} seeds)"
         wall = fmt(statistics.mean([r["run_wall_seconds"] for r in ok]), ",.0f") if ok else "–"
         machine = sorted({(r["machine"].get("gpu") or "CPU " + str(r["machine"].get("cpu"))) + (
             f", {r['concurrent_runs']} side by side" if r.get("concurrent_runs", 1) > 1 else "") for r in ok})
@@ -332,9 +335,10 @@ def parity_report(folder: str, plots: bool = True) -> str:
     runs = load(os.path.join(folder, "runs"))
     out = ["# Learning parity with CleanRL", "",
            "Each script against the CleanRL script it reproduces, on CleanRL's benchmark: its env versions, budgets",
-           "and default hyperparameters (`scripts/registry.py`, `parity` tasks), 3 seeds each. turborl's return per",
-           "seed is the mean of its last 100 training episodes, as CleanRL's tables (openrlbenchmark) compute theirs;",
-           "the mean ± std is over seeds (population std). Pass: turborl's mean ≥ CleanRL's mean − CleanRL's std.",
+           "and default hyperparameters (`scripts/registry.py`, `parity` tasks); seeds: 5 on MuJoCo v4, 3 on classic",
+           "control and GPU physics, 1 on Atari. turborl's return per seed is the mean of its last 100 training",
+           "episodes, as CleanRL's tables (openrlbenchmark) compute theirs; the mean ± std is over seeds (population",
+           "std). Pass: turborl's mean ≥ CleanRL's mean − CleanRL's std.",
            "CleanRL publishes no Ant-v4 table at 1M steps: those rows compare our final policies' 10 deterministic",
            "episodes with a model card of one seed (`eval`), and PPO's with its 8M-step figure. The GPU physics rows",
            "have no CleanRL script: they pass when every seed reaches a mean return of 5,000 (last 100 episodes).", "",

@@ -117,7 +117,8 @@ def parity_run(algo, env_id, seed, last100, status="ok", **extra):
 def test_parity_report_passes_fails_and_lists_what_is_not_run(tmp_path):
     hopper, sac_hopper = report.CLEANRL[("td3", "Hopper-v4")], report.CLEANRL[("sac", "Hopper-v4")]
     below = sac_hopper.mean - sac_hopper.std - 100  # fails by 100
-    runs = [parity_run("td3", "Hopper-v4", s, hopper.mean + d) for s, d in ((1, -50), (2, 0), (3, 50))]
+    spread = (-100, -50, 0, 50, 100)  # MuJoCo rows want 5 seeds
+    runs = [parity_run("td3", "Hopper-v4", s, hopper.mean + d) for s, d in enumerate(spread, 1)]
     runs += [parity_run("sac", "Hopper-v4", 1, below), parity_run("sac", "Hopper-v4", 2, below),
              parity_run("sac", "Hopper-v4", 3, None, status="partial", return_at_stop=10.0) | {"reached": 600_000}]
     runs += [parity_run("td3", "Ant-v4", 1, 10.0)]  # a model card: compared on the final policy's evaluation (12.0)
@@ -130,9 +131,9 @@ def test_parity_report_passes_fails_and_lists_what_is_not_run(tmp_path):
     text = report.parity_report(str(folder))
     (folder / "README.md").write_text(text)
 
-    assert (f"| Hopper-v4 | td3 | 3 | {hopper.mean:,.1f} ± {statistics.pstdev([-50, 0, 50]):,.1f} | "
+    assert (f"| Hopper-v4 | td3 | 5 | {hopper.mean:,.1f} ± {statistics.pstdev(spread):,.1f} | "
             f"{hopper.mean:,.1f} ± {hopper.std:,.1f} (3, 1M) | pass | 900 | Test GPU, 12 side by side |") in text
-    assert f"| Hopper-v4 | sac | 2 (+1 at 600,000+ steps) | {below:,.1f} ± 0.0 |" in text and "**fail** (2 of 3" in text
+    assert f"| Hopper-v4 | sac | 2 (+1 at 600,000+ steps) | {below:,.1f} ± 0.0 |" in text and "**fail** (2 of 5" in text
     assert "| Ant-v4 | td3 | 1 | 12.0 ± 0.0 |" in text  # the evaluation, not the training return
     assert "| Walker2d-v4 | td3 | 0 | – |" in text and "not run" in text  # every parity task has its row
     assert "python scripts/long_runs.py" in text and "docs.cleanrl.dev/rl-algorithms/td3/" in text
@@ -142,7 +143,7 @@ def test_parity_report_passes_fails_and_lists_what_is_not_run(tmp_path):
     readme.write_text(f"intro\n{report.PARITY_START}\nold\n{report.PARITY_END}\nrest\n")
     report.write(report.report(report.Args(results=str(tmp_path), readme=str(readme), plots=False)))
     block = readme.read_text().split(report.PARITY_START)[1].split(report.PARITY_END)[0]
-    assert "| Hopper-v4 | td3 | 3 |" in block and "| Hopper-v4 | sac | 2" in block and "Walker2d" not in block
+    assert "| Hopper-v4 | td3 | 5 |" in block and "| Hopper-v4 | sac | 2" in block and "Walker2d" not in block
     assert "old" not in block and readme.read_text().endswith("rest\n")
 
 
