@@ -9,6 +9,14 @@ action in the rollout storage on the device and samples the next action; the loo
 action's copy to the host. Per rollout `finish_rollout` computes the values, GAE (a parallel reverse scan) and
 every epoch's minibatch order on the device, and `update` takes one clipped-PPO Adam step per minibatch, with the
 learning rate annealed through a device tensor.
+
+`--num-seeds N` trains N independent runs (seeds --seed ... --seed + N - 1) with the kernels of one: every tensor
+has a seeds axis (the rollout `[steps, seeds, envs, ...]`, a minibatch `[seeds, minibatch, ...]`), each layer is
+one batched matmul over the seeds' weights, and the loss is the sum of the seeds' losses, so each seed's gradient
+and Adam step are its own; gradients are clipped per seed (common/seeds.py). Seed i has its own envs (the i-th
+block of the vector env), agent drawn from its own seed, normalization statistics, minibatch order and run folder.
+With N = 1 the run draws the random numbers of a run without the axis, in the same order, and its losses agree
+with that run's to float rounding (batched matmuls where it had plain ones).
 """
 
 from __future__ import annotations
@@ -25,9 +33,9 @@ from turborl.checkpoints import Checkpoints, export_policy
 from turborl.cli import RunArgs, check, check_ppo_args, check_run_args, cli, pick_device, seed_everything
 from turborl.envs import action_space, final_observations, make_env, track_episodes
 from turborl.link import EnvLink, EnvStep
-from turborl.logger import RunLogger
 from turborl.numerics import Normalization, draw_noise_, put, reverse_scan
 from turborl.paths import ExecutionPath
+from turborl.seeds import SeedLinear, SeedLoggers, check_num_seeds, seed_slice, seeded
 
 
 @dataclass
@@ -70,6 +78,9 @@ class Args(RunArgs):
     """normalize observations and rewards with running statistics (default: off discrete, on continuous)"""
     async_envs: bool | None = None
     """step envs in subprocesses (default: on when there are several envs of a costly simulator)"""
+    num_seeds: int = 1
+    """independent runs trained together, seeds --seed to --seed + N - 1: each has its own envs (--num-envs),
+    agent, normalization statistics and run folder; one batched kernel serves all N"""
 
 
 DISCRETE_DEFAULTS = dict(total_timesteps=500_000, learning_rate=2.5e-4, num_envs=4, num_steps=128,
@@ -78,16 +89,14 @@ CONTINUOUS_DEFAULTS = dict(total_timesteps=1_000_000, learning_rate=3e-4, num_en
                            num_minibatches=32, update_epochs=10, ent_coef=0.0, normalize=True)
 
 
-def layer(n_in: int, n_out: int, std: float = math.sqrt(2)) -> nn.Linear:
-    linear = nn.Linear(n_in, n_out)
-    nn.init.orthogonal_(linear.weight, std)
-    nn.init.zeros_(linear.bias)
-    return linear
+def layer(n_in: int, n_out: int, std: float = math.sqrt(2)) -> SeedLinear:
+    return SeedLinear(n_in, n_out, init=lambda linear: (nn.init.orthogonal_(linear.weight, std),
+                                                         nn.init.zeros_(linear.bias)))
 
 
 class Agent(nn.Module):
-    """CleanRL's agent: separate 64-64 tanh actor and critic. Distributions are written out (no
-    torch.distributions): no argument checks, no host syncs, one random draw per action."""
+    """CleanRL's agent: separate 64-64 tanh actor and critic, on `[seeds, batch, obs]`. Distributions are written
+    out (no torch.distributions): no argument checks, no host syncs, one random draw per action."""
 
     def __init__(self, obs_dim: int, n_out: int, discrete: bool):
         super().__init__()
@@ -95,7 +104,7 @@ class Agent(nn.Module):
         self.critic = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, 1, 1.0))
         self.actor = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, n_out, 0.01))
         if not discrete:
-            self.actor_logstd = nn.Parameter(torch.zeros(n_out))
+            self.actor_logstd = nn.Parameter(torch.zeros(1, 1, n_out))  # [seeds, 1, out]
 
     def value(self, obs):
         return self.critic(obs).squeeze(-1)
@@ -118,7 +127,7 @@ class Agent(nn.Module):
             logp = out.log_softmax(-1)
             entropy = -(logp.exp() * logp).sum(-1)
             return logp.gather(-1, action.unsqueeze(-1)).squeeze(-1), entropy, self.value(obs)
-        entropy = (0.5 + 0.5 * math.log(2 * math.pi) + self.actor_logstd).sum().expand(obs.shape[0])
+        entropy = (0.5 + 0.5 * math.log(2 * math.pi) + self.actor_logstd).sum(-1).expand(obs.shape[:-1])
         return self.gaussian_logp(out, action), entropy, self.value(obs)
 
     def deterministic(self, obs):
@@ -131,8 +140,8 @@ class Agent(nn.Module):
 
 
 class DeterministicPolicy(nn.Module):
-    """The exported policy: raw observation batch in (normalized with the run's final statistics), the most
-    likely action out (argmax, or the Gaussian mean clipped to the action bounds)."""
+    """The exported policy of one seed: raw observation batch in (normalized with the run's final statistics), the
+    most likely action out (argmax, or the Gaussian mean clipped to the action bounds)."""
 
     def __init__(self, agent: Agent, normalize_obs: nn.Module, space: gym.Space):
         super().__init__()
@@ -142,7 +151,7 @@ class DeterministicPolicy(nn.Module):
             self.register_buffer("high", torch.as_tensor(space.high, dtype=torch.float32))
 
     def forward(self, obs):
-        action = self.agent.deterministic(self.normalize_obs(obs))
+        action = self.agent.deterministic(self.normalize_obs(obs).unsqueeze(0)).squeeze(0)  # a seeds axis of 1
         return action if self.agent.discrete else torch.max(torch.min(action, self.high), self.low)
 
 
@@ -166,7 +175,17 @@ def resolve_defaults(args: Args) -> bool:
     if args.async_envs is None:
         args.async_envs = args.num_envs > 1 and not is_cheap(args.env_id)
     check_ppo_args(args)
+    check_num_seeds(args)
     return discrete
+
+
+def clip_grad_norm_per_seed_(params: list[torch.Tensor], max_norm: float, n_seeds: int) -> None:
+    """nn.utils.clip_grad_norm_ for each seed: the norm of a seed's gradients, over its blocks of every parameter."""
+    grads = [param.grad for param in params]
+    norms = torch.stack([grad.reshape(n_seeds, -1).norm(dim=1) for grad in grads]).norm(dim=0)  # [seeds]
+    coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for grad in grads:
+        grad.mul_(coef.view(-1, *[1] * (grad.dim() - 1)))
 
 
 def main(args: Args) -> dict:
@@ -175,43 +194,46 @@ def main(args: Args) -> dict:
     device = pick_device(args.cuda)
     path = ExecutionPath(args, device)
     seed_everything(args.seed)
-    envs = make_env(args.env_id, args.num_envs, args.seed, algo="PPO", capture_video=args.capture_video,
+    n_seeds, n_envs, num_steps = args.num_seeds, args.num_envs, args.num_steps
+    envs = make_env(args.env_id, n_seeds * n_envs, args.seed, algo="PPO", capture_video=args.capture_video,
                     video_dir=os.path.join(args.runs_dir, "videos"), asynchronous=args.async_envs)
     obs_space, space = envs.single_observation_space, envs.single_action_space
     check(isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1,
           f"PPO here takes flat Box observations but {args.env_id} has {obs_space}; pick e.g. CartPole-v1")
-    logger = RunLogger(args, "ppo", args.total_timesteps, device, run_root=args.runs_dir)
-    n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, obs_space.shape[0]
-    batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches
+    logger = SeedLoggers(args, "ppo", args.total_timesteps, device, run_root=args.runs_dir)
+    obs_dim = obs_space.shape[0]
+    batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches  # per seed
     action_shape, n_out = ((), int(space.n)) if discrete else (space.shape, space.shape[0])  # n_out: policy outputs
 
     # ALGO LOGIC: the agent, its optimizer, the rollout storage and normalization statistics, on the device
-    agent = Agent(obs_dim, n_out, discrete).to(device)
+    agent = seeded(args.seed, n_seeds, lambda: (Agent(obs_dim, n_out, discrete),))[0].to(device)
     lr = torch.tensor(args.learning_rate, device=device)  # annealed in place: the graphs read it
     optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5,
                                  capturable=path.capturable_with_lr_tensor, fused=path.fused)
-    obs_buf = torch.zeros(num_steps, n_envs, obs_dim, device=device)
-    actions = torch.zeros(num_steps, n_envs, *action_shape, dtype=torch.long if discrete else torch.float32,
-                          device=device)
-    logprobs = torch.zeros(num_steps, n_envs, device=device)
-    values = torch.zeros(num_steps, n_envs, device=device)
-    rewards = torch.zeros(num_steps, n_envs, device=device)
-    ended = torch.zeros(num_steps, n_envs, device=device)  # the episode ended after this step
-    truncated_at = torch.zeros(num_steps, n_envs, device=device)  # ... at a time limit
-    final_obs_buf = torch.zeros(num_steps, n_envs, obs_dim, device=device)  # normalized, for the bootstrap
+    rollout = (num_steps, n_seeds, n_envs)  # the rollout's storage: [steps, seeds, envs, ...]
+    obs_buf = torch.zeros(*rollout, obs_dim, device=device)
+    actions = torch.zeros(*rollout, *action_shape, dtype=torch.long if discrete else torch.float32, device=device)
+    logprobs = torch.zeros(rollout, device=device)
+    values = torch.zeros(rollout, device=device)
+    rewards = torch.zeros(rollout, device=device)
+    ended = torch.zeros(rollout, device=device)  # the episode ended after this step
+    truncated_at = torch.zeros(rollout, device=device)  # ... at a time limit
+    final_obs_buf = torch.zeros(*rollout, obs_dim, device=device)  # normalized, for the bootstrap
     # The rollout's sampling noise, drawn in one go before it: the per-step `act` has no random op of its own.
-    noise = torch.zeros(num_steps, n_envs, n_out, device=device)
-    advantages = torch.zeros(batch_size, device=device)
-    returns = torch.zeros(batch_size, device=device)
-    permutations = torch.zeros(args.update_epochs, batch_size, dtype=torch.long, device=device)
-    minibatches = permutations.view(-1, minibatch_size)  # every epoch's minibatches, in order
+    noise = torch.zeros(*rollout, n_out, device=device)
+    advantages = torch.zeros(rollout, device=device)
+    returns = torch.zeros(rollout, device=device)
+    permutations = torch.zeros(args.update_epochs, n_seeds, batch_size, dtype=torch.long, device=device)
+    # every epoch's minibatches, in order: [epochs, minibatches, seeds, minibatch], indices into a seed's rollout
+    minibatches = permutations.unflatten(2, (args.num_minibatches, minibatch_size)).transpose(1, 2)
+    seed_index = torch.arange(n_seeds, device=device).unsqueeze(1)
     step_index = torch.zeros((), dtype=torch.long, device=device)
     last_slot = torch.tensor(num_steps - 1, device=device)
-    normalization = Normalization(args.normalize, (obs_dim,), n_envs, args.gamma, device)
+    normalization = Normalization(args.normalize, (obs_dim,), n_envs, args.gamma, device, n_seeds=n_seeds)
     action_low = torch.as_tensor(space.low if not discrete else 0, dtype=torch.float32, device=device)
     action_high = torch.as_tensor(space.high if not discrete else 0, dtype=torch.float32, device=device)
     metric_names = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"]
-    metrics = torch.zeros(len(metric_names), device=device)  # the last minibatch's, read when logging
+    metrics = torch.zeros(len(metric_names), n_seeds, device=device)  # the last minibatch's, read when logging
 
     def record(slot, step: EnvStep):
         """Store the envs' answer (reward, episode end, state reached) to the action taken at `slot`."""
@@ -223,6 +245,7 @@ def main(args: Args) -> dict:
     def store_and_act(step: EnvStep, first_of_rollout: bool) -> torch.Tensor:
         """Store the answer to the previous action (the rollout's last is stored by `finish_rollout`), then sample
         the action for the next obs and store the obs, action and log-probability at the step's slot."""
+        step = EnvStep(*(field.unflatten(0, (n_seeds, n_envs)) for field in step))  # [seeds, envs, ...]
         if not first_of_rollout:
             record(step_index - 1, step)
         obs = normalization.obs(step.next_obs, update=True)
@@ -232,56 +255,60 @@ def main(args: Args) -> dict:
         put(actions, step_index, action)
         put(logprobs, step_index, logprob)
         step_index.add_(1)
-        return action if discrete else action.clamp(action_low, action_high)  # the env gets a valid action
+        action = action if discrete else action.clamp(action_low, action_high)  # the env gets a valid action
+        return action.flatten(0, 1)  # [seeds x envs, ...], as the envs take it
 
     def finish_rollout(step: EnvStep) -> None:
         """The rollout's last answer, its values, GAE and every epoch's minibatch order."""
+        step = EnvStep(*(field.unflatten(0, (n_seeds, n_envs)) for field in step))
         record(last_slot, step)
         step_index.zero_()
         with torch.no_grad():  # the parameters did not change during the rollout: one batched pass
-            values.copy_(agent.value(obs_buf))
+            values.copy_(agent.value(obs_buf.transpose(0, 1)).transpose(0, 1))  # the agent takes seeds first
             next_value = agent.value(normalization.obs(step.next_obs, update=False))
             # Truncation is not termination: bootstrap through a time limit with the value of the state reached.
-            bootstrap = args.gamma * agent.value(final_obs_buf) * truncated_at
+            bootstrap = args.gamma * agent.value(final_obs_buf.transpose(0, 1)).transpose(0, 1) * truncated_at
         next_values = torch.cat([values[1:], next_value.unsqueeze(0)])
         not_ended = 1 - ended
         deltas = rewards + bootstrap + args.gamma * next_values * not_ended - values
         gae = reverse_scan(deltas, args.gamma * args.gae_lambda * not_ended)
-        advantages.copy_(gae.flatten())
-        returns.copy_((gae + values).flatten())
-        permutations.copy_(torch.rand(args.update_epochs, batch_size, device=device).argsort(dim=1))
+        advantages.copy_(gae)
+        returns.copy_(gae + values)
+        permutations.copy_(torch.rand(args.update_epochs, n_seeds, batch_size, device=device).argsort(dim=2))
 
-    b_obs, b_actions = obs_buf.view(batch_size, obs_dim), actions.view(batch_size, *action_shape)
-    b_logprobs, b_values = logprobs.view(batch_size), values.view(batch_size)
+    def batch(x: torch.Tensor, mb: torch.Tensor) -> torch.Tensor:
+        """x's samples at mb ([seeds, minibatch] indices into each seed's steps x envs): [seeds, minibatch, ...]."""
+        return x[mb // n_envs, seed_index, mb % n_envs]
 
     def update(mb: torch.Tensor) -> None:
-        newlogprob, entropy, newvalue = agent.evaluate(b_obs[mb], b_actions[mb])
-        logratio = newlogprob - b_logprobs[mb]
+        newlogprob, entropy, newvalue = agent.evaluate(batch(obs_buf, mb), batch(actions, mb))
+        logratio = newlogprob - batch(logprobs, mb)
         ratio = logratio.exp()
-        mb_advantages = advantages[mb]
+        mb_advantages = batch(advantages, mb)  # [seeds, minibatch]; every mean below is over a seed's minibatch
         if args.norm_adv:
-            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+            mb_advantages = (mb_advantages - mb_advantages.mean(1, keepdim=True)) / (
+                mb_advantages.std(1, keepdim=True) + 1e-8)
         pg_loss = torch.max(-mb_advantages * ratio,
-                            -mb_advantages * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)).mean()
-        mb_returns, mb_values = returns[mb], b_values[mb]
+                            -mb_advantages * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)).mean(1)
+        mb_returns, mb_values = batch(returns, mb), batch(values, mb)
         if args.clip_vloss:
             v_clipped = mb_values + (newvalue - mb_values).clamp(-args.clip_coef, args.clip_coef)
-            v_loss = 0.5 * torch.max((newvalue - mb_returns).pow(2), (v_clipped - mb_returns).pow(2)).mean()
+            v_loss = 0.5 * torch.max((newvalue - mb_returns).pow(2), (v_clipped - mb_returns).pow(2)).mean(1)
         else:
-            v_loss = 0.5 * (newvalue - mb_returns).pow(2).mean()
-        entropy_loss = entropy.mean()
-        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+            v_loss = 0.5 * (newvalue - mb_returns).pow(2).mean(1)
+        entropy_loss = entropy.mean(1)
+        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # [seeds]
         optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        loss.sum().backward()  # the seeds' losses summed: each seed's gradient comes from its own loss alone
+        clip_grad_norm_per_seed_(list(agent.parameters()), args.max_grad_norm, n_seeds)
         optimizer.step()
         with torch.no_grad():
-            metrics.copy_(torch.stack([pg_loss, v_loss, entropy_loss, (-logratio).mean(),
-                                       ((ratio - 1) - logratio).mean(),
-                                       ((ratio - 1).abs() > args.clip_coef).float().mean()]))
+            metrics.copy_(torch.stack([pg_loss, v_loss, entropy_loss, (-logratio).mean(1),
+                                       ((ratio - 1) - logratio).mean(1),
+                                       ((ratio - 1).abs() > args.clip_coef).float().mean(1)]))
 
     # TRY NOT TO MODIFY: the execution path (common/paths.py): compile the math, capture what the loop calls
-    link = EnvLink(n_envs, obs_dim, action_shape, actions.dtype, device, envs_on_device=False)
+    link = EnvLink(n_seeds * n_envs, obs_dim, action_shape, actions.dtype, device, envs_on_device=False)
     store_and_act, finish_rollout = path.compile(store_and_act), path.compile(finish_rollout)
     update = path.compile(update)
     act_first = path.capture(lambda: link.send_action(store_and_act(link.receive(), first_of_rollout=True)))
@@ -290,7 +317,7 @@ def main(args: Args) -> dict:
     update = path.capture(update)
 
     # TRY NOT TO MODIFY: episodes, checkpoints and resume
-    episodes = track_episodes("gymnasium", n_envs, device)
+    episodes = track_episodes("gymnasium", n_seeds * n_envs, device, envs_per_seed=n_envs)
     checkpoints = Checkpoints(
         args, logger.dir, "ppo",
         modules={"agent": agent, "optimizer": optimizer, "normalization": normalization},
@@ -323,20 +350,22 @@ def main(args: Args) -> dict:
                 logger.progress(global_step)
             finish()  # the last answer, values, GAE and the minibatch order, on the device
             draw_noise_(noise, discrete)  # the next rollout's
-            for minibatch in minibatches:
-                update(minibatch)
+            for epoch in minibatches:
+                for minibatch in epoch:
+                    update(minibatch)
             if iteration % log_interval == 0:
-                logger.log(global_step, learning_rate=lr.item(), **dict(zip(metric_names, metrics.tolist(),
-                                                                            strict=True)))
+                logger.log(global_step, learning_rate=[lr.item()] * n_seeds,
+                           **dict(zip(metric_names, metrics.tolist(), strict=True)))
             next_iteration = iteration + 1
             if checkpoints.due(global_step, batch_size):
                 checkpoints.save_periodic(envs, link, counters())
             if logger.stop.requested:  # Ctrl-C or a non-finite loss: stop where an iteration ends, not mid-rollout
                 break
         if args.save_model:
-            checkpoints.save("ppo.pt", envs, link, counters())
-            policy = DeterministicPolicy(agent, normalization.frozen_obs(), space)
-            export_policy(policy, obs_dim, os.path.join(logger.dir, "ppo.pt2"))
+            checkpoints.save("ppo.pt", envs, link, counters())  # all seeds, in seed 0's folder
+            for i, seed_logger in enumerate(logger.loggers):
+                policy = DeterministicPolicy(seed_slice(agent, i, n_seeds), normalization.frozen_obs(i), space)
+                export_policy(policy, obs_dim, os.path.join(seed_logger.dir, "ppo.pt2"))
     finally:
         envs.close()
         summary = logger.close(checkpoint=checkpoints.last)

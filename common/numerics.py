@@ -32,8 +32,10 @@ class RunningMeanStd:
         self.var = torch.ones(shape, device=device)
         self.count = torch.full((), 1e-4, device=device)
 
-    def update(self, x: torch.Tensor) -> None:
-        batch_mean, batch_var, n = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+    def update(self, x: torch.Tensor, dim: int = 0) -> None:
+        """Fold in the batch x along `dim`; the axes before it (seeds) keep statistics of their own."""
+        keep = dim > 0
+        batch_mean, batch_var, n = x.mean(dim, keep), x.var(dim, unbiased=False, keepdim=keep), x.shape[dim]
         delta, total = batch_mean - self.mean, self.count + n
         m2 = self.var * self.count + batch_var * n + delta.pow(2) * self.count * n / total
         self.mean.add_(delta * n / total)
@@ -51,19 +53,22 @@ class RunningMeanStd:
 class Normalization:
     """gymnasium's NormalizeObservation and NormalizeReward on the device, in place: observations by their running
     mean and variance, rewards by the running std of a discounted return; both clipped to [-10, 10]. With
-    `enabled` False both pass values through unchanged (and the statistics never move)."""
+    `enabled` False both pass values through unchanged (and the statistics never move). With `n_seeds`, values
+    carry a leading seeds axis (`[seeds, envs, ...]`) and each seed keeps statistics of its own."""
 
-    def __init__(self, enabled: bool, obs_shape: tuple, n_envs: int, gamma: float, device: torch.device):
+    def __init__(self, enabled: bool, obs_shape: tuple, n_envs: int, gamma: float, device: torch.device,
+                 n_seeds: int | None = None):
         self.enabled, self.gamma = enabled, gamma
-        self.obs_rms, self.return_rms = RunningMeanStd(obs_shape, device), RunningMeanStd((), device)
-        self.discounted_return = torch.zeros(n_envs, device=device)
+        seeds, self.dim = ((n_seeds, 1), 1) if n_seeds else ((), 0)  # statistics' leading shape, the batch axis
+        self.obs_rms, self.return_rms = RunningMeanStd((*seeds, *obs_shape), device), RunningMeanStd(seeds, device)
+        self.discounted_return = torch.zeros(*seeds[:1], n_envs, device=device)
 
     def obs(self, x: torch.Tensor, update: bool) -> torch.Tensor:
         """x normalized; `update`: fold x into the statistics first (observations the agent acts on)."""
         if not self.enabled:
             return x
         if update:
-            self.obs_rms.update(x)
+            self.obs_rms.update(x, self.dim)
         return ((x - self.obs_rms.mean) / torch.sqrt(self.obs_rms.var + 1e-8)).clamp(-10, 10)
 
     def reward(self, reward: torch.Tensor, terminated: torch.Tensor) -> torch.Tensor:
@@ -71,12 +76,16 @@ class Normalization:
         if not self.enabled:
             return reward
         self.discounted_return.copy_(self.discounted_return * self.gamma * (1 - terminated) + reward)
-        self.return_rms.update(self.discounted_return)
+        self.return_rms.update(self.discounted_return, self.dim)
         return (reward / torch.sqrt(self.return_rms.var + 1e-8)).clamp(-10, 10)
 
-    def frozen_obs(self) -> nn.Module:
-        """The observation normalization with today's statistics, as a module for an exported policy."""
-        return FrozenObsNormalization(self.obs_rms if self.enabled else None)
+    def frozen_obs(self, seed: int = 0) -> nn.Module:
+        """The observation normalization with today's statistics (with a seeds axis, seed `seed`'s), as a module
+        for an exported policy."""
+        if not self.enabled:
+            return FrozenObsNormalization()
+        mean, var = self.obs_rms.mean, self.obs_rms.var
+        return FrozenObsNormalization(*((mean[seed, 0], var[seed, 0]) if self.dim else (mean, var)))
 
     def state_dict(self) -> dict:
         return {"obs_rms": self.obs_rms.state_dict(), "return_rms": self.return_rms.state_dict(),
@@ -91,12 +100,12 @@ class Normalization:
 class FrozenObsNormalization(nn.Module):
     """Observations normalized with fixed statistics and clipped to [-10, 10]; the identity without statistics."""
 
-    def __init__(self, obs_rms: RunningMeanStd | None):
+    def __init__(self, mean: torch.Tensor | None = None, var: torch.Tensor | None = None):
         super().__init__()
-        self.enabled = obs_rms is not None
-        if obs_rms is not None:
-            self.register_buffer("mean", obs_rms.mean.clone())
-            self.register_buffer("var", obs_rms.var.clone())
+        self.enabled = mean is not None
+        if mean is not None:
+            self.register_buffer("mean", mean.clone())
+            self.register_buffer("var", var.clone())
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return ((obs - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-10, 10) if self.enabled else obs

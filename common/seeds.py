@@ -23,17 +23,20 @@ from .logger import RunLogger
 
 class SeedLinear(nn.Module):
     """nn.Linear for each seed, stacked: weight `[seeds, in, out]`, bias `[seeds, 1, out]`, input
-    `[seeds, batch, in]`. Built for one seed with nn.Linear's own initialization (the same draws); `stack`
-    joins the seeds' layers."""
+    `[seeds, batch, in]` (or more batch axes). Built for one seed with nn.Linear's own initialization (the same
+    draws), then `init` (e.g. an orthogonal one) if given; `seeded` joins the seeds' layers."""
 
-    def __init__(self, n_in: int, n_out: int):
+    def __init__(self, n_in: int, n_out: int, init: Callable[[nn.Linear], object] | None = None):
         super().__init__()
         linear = nn.Linear(n_in, n_out)
+        if init is not None:
+            init(linear)
         self.weight = nn.Parameter(linear.weight.detach().T.unsqueeze(0).contiguous())
         self.bias = nn.Parameter(linear.bias.detach().view(1, 1, n_out))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias, x, self.weight)
+        """`[seeds, ..., in]` -> `[seeds, ..., out]`."""
+        return torch.baddbmm(self.bias, x.flatten(1, -2), self.weight).unflatten(1, x.shape[1:-1])
 
 
 def seeded(seed: int, num_seeds: int, build: Callable[[], tuple[nn.Module, ...]]) -> tuple[nn.Module, ...]:
@@ -53,14 +56,19 @@ def seeded(seed: int, num_seeds: int, build: Callable[[], tuple[nn.Module, ...]]
     return parts[0]
 
 
-def one_seed(module: nn.Module, i: int, num_seeds: int) -> nn.Module:
-    """Seed i's part of a stacked module, as a module of its own that takes and returns unstacked batches
-    (`[batch, ...]`): the policy a run of that seed alone would export."""
+def seed_slice(module: nn.Module, i: int, num_seeds: int) -> nn.Module:
+    """A copy of a stacked module, on the CPU, that holds seed i's parameters alone (a seeds axis of 1)."""
     single = copy.deepcopy(module).cpu()
     with torch.no_grad():
         for param in single.parameters():
             param.data = param.data.chunk(num_seeds)[i].clone()
-    return OneSeed(single)
+    return single
+
+
+def one_seed(module: nn.Module, i: int, num_seeds: int) -> nn.Module:
+    """Seed i's part of a stacked module, as a module of its own that takes and returns unstacked batches
+    (`[batch, ...]`): the policy a run of that seed alone would export."""
+    return OneSeed(seed_slice(module, i, num_seeds))
 
 
 class OneSeed(nn.Module):

@@ -234,7 +234,9 @@ ALGORITHMS = {
     "ppo": Algorithm(
         "ppo", cleanrl=CLEANRL["ppo"],
         speed=(Task("ppo", "CartPole-v1", steps=200_000, eager_steps=50_000, min_steps=8 * 512),
-               Task("ppo", "HalfCheetah-v5", steps=61_440, eager_steps=20_480, min_steps=8 * 2048)),
+               Task("ppo", "HalfCheetah-v5", steps=61_440, eager_steps=20_480, min_steps=8 * 2048),
+               Task("ppo", "Hopper-v4", steps=16 * 2048, eager_steps=8 * 2048, variant="seeds10",
+                    flags=("--num-seeds", "10"), cuda_only=True, min_steps=8 * 2048)),
         learning=(Task("ppo", "CartPole-v1", steps=500_000, eager_steps=50_000, min_steps=8 * 512),
                   Task("ppo", "HalfCheetah-v5", steps=1_000_000, eager_steps=100_000, min_steps=8 * 2048)),
         long=(Task("ppo", "Ant-v5", steps=1_000_000, eager_steps=1_000_000),),
@@ -245,7 +247,15 @@ ALGORITHMS = {
                "ppo-continuous": TestRun("ppo", ("--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "64",
                                                  "--num-minibatches", "4", "--update-epochs", "2",
                                                  "--total-timesteps", "768", "--log-every", "1"),
-                                         loss="value_loss", checkpoint_every=500)}),
+                                         loss="value_loss", checkpoint_every=500),
+               # --num-seeds: both action kinds, 3 seeds in one run (per-seed normalization and gradient clipping)
+               "ppo-continuous-seeds3": TestRun("ppo", ("--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps",
+                                                        "64", "--num-minibatches", "4", "--update-epochs", "2",
+                                                        "--total-timesteps", "768", "--log-every", "1",
+                                                        "--num-seeds", "3"), loss="value_loss", checkpoint_every=500),
+               "ppo-seeds3": TestRun("ppo", ("--total-timesteps", "1536", "--num-steps", "64", "--log-every", "1",
+                                             "--num-seeds", "3"), loss="policy_loss", checkpoint_every=1000,
+                                     gpu_only=True)}),
     "ppo_device_envs": Algorithm(
         "ppo_device_envs",
         speed=(

@@ -32,6 +32,7 @@ CASES = [
     ("sac", ["--env-id", "Pendulum-v1", "--num-seeds", "0"], ["--num-seeds must be >= 1"]),
     ("sac", ["--env-id", "Pendulum-v1", "--num-seeds", "3", "--buffer-size", str(10**11)],
      ["replay memory", "GiB", "lower --buffer-size to"]),
+    ("ppo", ["--num-seeds", "0"], ["--num-seeds must be >= 1"]),
     ("ppo", ["--env-id", "NoSuchEnv-v0"], ["unknown env id", "NoSuchEnv-v0"]),
     ("ppo", ["--env-id", "Blackjack-v1"], ["flat Box observations"]),
     ("ppo", ["--num-minibatches", "3"], ["--num-minibatches 3", "512"]),

@@ -98,9 +98,11 @@ def test_exported_policies_reproduce_the_scripts_deterministic_actions(tmp_path)
     checkpoint = torch.load(os.path.join(run_dir, "ppo.pt"), weights_only=False)
     agent = Agent(3, 1, discrete=False)
     agent.load_state_dict(checkpoint["agent"])
-    stats = checkpoint["normalization"]["obs_rms"]
+    stats = {name: stat[0, 0] if stat.dim() else stat for name, stat in  # the one seed's statistics
+             checkpoint["normalization"]["obs_rms"].items()}
     with torch.no_grad():
-        expected = agent.deterministic(((obs - stats["mean"]) / torch.sqrt(stats["var"] + 1e-8)).clamp(-10, 10))
+        normalized = ((obs - stats["mean"]) / torch.sqrt(stats["var"] + 1e-8)).clamp(-10, 10)
+        expected = agent.deterministic(normalized.unsqueeze(0)).squeeze(0)  # the agent takes [seeds, batch, obs]
     exported = torch.export.load(os.path.join(run_dir, "ppo.pt2")).module()
     torch.testing.assert_close(exported(obs), expected.clamp(-2, 2))
     assert (expected.abs() > 0).all() and stats["count"] > 500  # statistics were really used

@@ -10,16 +10,9 @@ from algos import ppo_device_envs
 from tests.helpers import metric, run_main, run_script
 from turborl.numerics import reverse_scan
 
-# Budgets measured on CPU (seed 1): CartPole-v1 averages ~340 over the last 20 episodes by 80k steps (seed 2:
-# ~210); on Pendulum-v1 the mean of 10 episodes goes from about -1200 (first) to about -750 (last) in 100k.
-
-
-def test_learns_cartpole(tmp_path):
-    result = run_script("ppo", "--total-timesteps", "80000", "--runs-dir", str(tmp_path))
-    assert result.returncode == 0, result.stderr[-3000:]
-    [run_dir] = glob.glob(str(tmp_path / "CartPole-v1__ppo__1__*"))
-    returns = metric(run_dir, "episodic_return")
-    assert np.mean(returns[-20:]) >= 195, returns[-20:]
+# Budgets measured on CPU (seed 1): on Pendulum-v1 the mean of 10 episodes goes from about -1200 (first) to about
+# -750 (last) in 100k. CartPole-v1 (~340 over the last 20 episodes by 80k steps; seed 2: ~210) is tests/test_seeds.py's:
+# both seeds of a --num-seeds 2 run over 195.
 
 
 def test_improves_on_pendulum(tmp_path):

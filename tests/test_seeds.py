@@ -1,6 +1,6 @@
-"""--num-seeds N: N independent runs in one process, each a run of its own (td3, sac, dqn). The paths,
-reproducibility and resume of 3-seed runs are the registry's test runs td3-seeds3, sac-seeds3 and dqn-seeds3
-(tests/test_paths.py, test_reproducibility.py, test_resume.py, test_gpu.py)."""
+"""--num-seeds N: N independent runs in one process, each a run of its own (td3, sac, dqn, ppo). The paths,
+reproducibility and resume of 3-seed runs are the registry's test runs td3-seeds3, sac-seeds3, dqn-seeds3 and
+ppo-continuous-seeds3 (tests/test_paths.py, test_reproducibility.py, test_resume.py, test_gpu.py)."""
 
 import csv
 import glob
@@ -19,8 +19,11 @@ FLAGS = ["--env-id", "Pendulum-v1", "--total-timesteps", "600", "--learning-star
          "--num-seeds", "2", "--no-cuda"]
 SHORT = {"td3": FLAGS, "sac": FLAGS,
          "dqn": ["--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency", "2", "--log-every",
-                 "5", "--num-seeds", "2", "--no-cuda"]}
-LOSS = {"td3": "qf_loss", "sac": "qf_loss", "dqn": "td_loss"}
+                 "5", "--num-seeds", "2", "--no-cuda"],
+         # Box actions: the observation and reward normalization are per seed too
+         "ppo": ["--env-id", "Pendulum-v1", "--num-steps", "64", "--total-timesteps", "640", "--log-every", "1",
+                 "--num-seeds", "2", "--no-cuda"]}
+LOSS = {"td3": "qf_loss", "sac": "qf_loss", "dqn": "td_loss", "ppo": "value_loss"}
 
 
 def seed_folders(runs_dir, script: str) -> list[str]:
@@ -33,7 +36,7 @@ def records(run_dir: str) -> list[tuple]:
         return [(r["step"], r["name"], r["value"]) for r in csv.DictReader(f) if r["name"] != "sps"]
 
 
-@pytest.mark.parametrize("script", [*SCRIPTS, "dqn"])
+@pytest.mark.parametrize("script", [*SCRIPTS, "dqn", "ppo"])
 def test_a_seed_logs_the_same_whatever_the_other_seeds_do(tmp_path, monkeypatch, script):
     """Two 2-seed runs that differ only in seed 1's env seed: seed 0 logs the same values, bit for bit."""
     run_main(script, SHORT[script], str(tmp_path / "a"))
@@ -76,15 +79,42 @@ def test_each_seed_is_a_run_of_its_own(tmp_path, script):
     assert saved["actor"]["fc1.weight"].shape == (3, 3, 256) and saved["replay"]["rb_obs"].shape == (599, 3, 3)
 
 
+def test_each_ppo_seed_exports_its_own_policy_with_its_own_statistics(tmp_path):
+    from algos.ppo import Agent
+
+    run_main("ppo", [*SHORT["ppo"], "--num-seeds", "3", "--save-model"], str(tmp_path))
+    folders = seed_folders(tmp_path, "ppo")
+    assert [int(d.rsplit("__", 2)[1]) for d in folders] == [1, 2, 3]
+    saved = torch.load(os.path.join(folders[0], "ppo.pt"), weights_only=False)
+    stats = saved["normalization"]["obs_rms"]
+    assert stats["mean"].shape == (3, 1, 3) and len({tuple(m.flatten().tolist()) for m in stats["mean"]}) == 3
+    obs = torch.randn(64, 3) * 3
+    actions = []
+    for i, run_dir in enumerate(folders):
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            summary = json.load(f)
+        assert summary["status"] == "done" and summary["steps"] == 640
+        agent = Agent(3, 1, discrete=False)  # seed i's block of every parameter and statistic
+        agent.load_state_dict({name: value[i:i + 1] for name, value in saved["agent"].items()})
+        normalized = ((obs - stats["mean"][i, 0]) / torch.sqrt(stats["var"][i, 0] + 1e-8)).clamp(-10, 10)
+        with torch.no_grad():
+            expected = agent.deterministic(normalized.unsqueeze(0)).squeeze(0).clamp(-2, 2)
+        exported = torch.export.load(os.path.join(run_dir, "ppo.pt2")).module()
+        torch.testing.assert_close(exported(obs), expected)
+        actions.append(tuple(expected.flatten().tolist()))
+    assert len(set(actions)) == 3  # three different policies
+
+
 # Small budgets on CPU (with 2 seeds, TD3's seed 1 was at -401 over its last 10 episodes at 8k steps); DQN's are
 # tests/test_dqn.py's, its bar 195 over the last 20 episodes.
 LEARN = {"td3": ("--env-id", "Pendulum-v1", "--total-timesteps", "10000", "--learning-starts", "1000"),
          "sac": ("--env-id", "Pendulum-v1", "--total-timesteps", "6000", "--learning-starts", "1000"),
          "dqn": ("--total-timesteps", "25000", "--learning-starts", "1000", "--train-frequency", "2",
-                 "--target-network-frequency", "250", "--exploration-fraction", "0.2", "--learning-rate", "5e-4")}
+                 "--target-network-frequency", "250", "--exploration-fraction", "0.2", "--learning-rate", "5e-4"),
+         "ppo": ("--total-timesteps", "80000")}  # tests/test_ppo.py's CartPole budget and bar
 
 
-@pytest.mark.parametrize("script", [*SCRIPTS, "dqn"])
+@pytest.mark.parametrize("script", [*SCRIPTS, "dqn", "ppo"])
 def test_every_seed_learns(tmp_path, script):
     result = run_script(script, *LEARN[script], "--num-seeds", "2", "--runs-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -92,7 +122,7 @@ def test_every_seed_learns(tmp_path, script):
     assert len(folders) == 2
     for run_dir in folders:
         returns = metric(run_dir, "episodic_return")
-        if script == "dqn":
+        if script in ("dqn", "ppo"):
             assert np.mean(returns[-20:]) >= 195, (run_dir, returns[-20:])
         else:
             assert np.mean(returns[-10:]) >= -400, (run_dir, returns[-10:])
