@@ -24,12 +24,13 @@ from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from scripts.registry import ALGORITHMS, Reference, Task  # noqa: E402
+from scripts.registry import ALGORITHMS, MUJOCO_V4, Reference, Task  # noqa: E402
 
 PATHS = ["eager", "compile", "cudagraphs", "compile+cudagraphs", "reduce-overhead"]
 # CleanRL's published returns, by the table's algo column and env.
 CLEANRL = {(Task(name, env_id, 0, 0).label, env_id): reference for name, algorithm in ALGORITHMS.items()
            for env_id, reference in algorithm.cleanrl.items()}
+PARITY_TASKS = {(task.env_id, task.label): task for algorithm in ALGORITHMS.values() for task in algorithm.parity}
 
 
 def cleanrl_reference(algo: str, env_id: str) -> tuple[Reference | None, str]:
@@ -247,15 +248,37 @@ def seed_return(run: dict, reference: Reference | None) -> float | None:
     return run.get("return_last100", run.get("final_return"))
 
 
+def iqm_interval(scores) -> tuple[float, float, float]:
+    """The interquartile mean of `scores` (`[runs, tasks]`) and its 95% stratified-bootstrap interval (rliable:
+    runs resampled within each task), from a fixed random state: every machine prints the same table."""
+    import warnings
+
+    import numpy as np
+    from rliable import library, metrics
+
+    # rliable resamples the runs with numpy's global RNG (its `random_state` reaches only arch): seed it, then give
+    # the caller's state back.
+    state = np.random.get_state()
+    np.random.seed(0)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # arch prefers a Generator to rliable's RandomState
+            point, interval = library.get_interval_estimates(
+                {"run": np.asarray(scores, dtype=float)}, lambda x: np.array([metrics.aggregate_iqm(x)]), reps=2000,
+                random_state=np.random.RandomState(0))
+    finally:
+        np.random.set_state(state)
+    return float(point["run"][0]), float(interval["run"][0, 0]), float(interval["run"][1, 0])
+
+
 def parity_rows(runs: list[dict], short: bool = False) -> list[str]:
     """One row per script x env: our mean ± std over finished seeds against CleanRL's, pass or fail, wall time.
     `short`: the rows with finished seeds, without the wall time and machine (the README's table)."""
-    tasks = {(task.env_id, task.label): task for algorithm in ALGORITHMS.values() for task in algorithm.parity}
-    groups = {key: [] for key in tasks}
+    groups = {key: [] for key in PARITY_TASKS}
     for run in runs:
         groups.setdefault((run["env_id"], run["algo"]), []).append(run)
-    lines = ["| env | script | seeds | turborl (mean ± std) | CleanRL (mean ± std, seeds, steps) | pass | "
-             "wall s per run | machine |", "|---|---|---:|---:|---:|:---:|---:|---|"]
+    lines = ["| env | script | seeds | turborl (mean ± std) | turborl IQM [95% CI] | CleanRL (mean ± std, seeds, "
+             "steps) | pass | wall s per run | machine |", "|---|---|---:|---:|---:|---:|:---:|---:|---|"]
     for (env_id, algo), group in sorted(groups.items()):
         reference = CLEANRL.get((algo, env_id))
         ok = [r for r in group if r["status"] == "ok"]
@@ -278,7 +301,7 @@ def parity_rows(runs: list[dict], short: bool = False) -> list[str]:
             theirs = (f"to 5,000 in {statistics.mean(solved):.0f} ± {statistics.pstdev(solved):.0f} s; C engine "
                       f"{statistics.mean(evals):,.0f}" if solved and evals else "–")
             verdict = ("pass" if len(solved) == len(ok) else "**fail**") if solved else "–" if ok else "not run"
-        wanted = tasks[(env_id, algo)].seeds if (env_id, algo) in tasks else 3
+        wanted = PARITY_TASKS[(env_id, algo)].seeds if (env_id, algo) in PARITY_TASKS else 3
         if ok and len(ok) < wanted:
             verdict += f" ({len(ok)} of {wanted} seeds)"
         wall = fmt(statistics.mean([r["run_wall_seconds"] for r in ok]), ",.0f") if ok else "–"
@@ -287,13 +310,54 @@ def parity_rows(runs: list[dict], short: bool = False) -> list[str]:
         if short:
             lines += [f"| {env_id} | {algo} | {seeds} | {ours} | {theirs} | {verdict} |"] if ok else []
         else:
-            lines.append(f"| {env_id} | {algo} | {seeds} | {ours} | {theirs} | {verdict} | {wall} | "
+            iqm = "{:,.1f} [{:,.1f}, {:,.1f}]".format(*iqm_interval([[v] for v in values])) if len(values) > 2 else "–"
+            lines.append(f"| {env_id} | {algo} | {seeds} | {ours} | {iqm} | {theirs} | {verdict} | {wall} | "
                          f"{'; '.join(machine) or '–'} |")
     if short:
-        lines[:2] = [lines[0].rsplit(" wall s", 1)[0], "|---|---|---:|---:|---:|:---:|"]
+        lines[:2] = ["| env | script | seeds | turborl (mean ± std) | CleanRL (mean ± std, seeds, steps) | pass |",
+                     "|---|---|---:|---:|---:|:---:|"]
     if any("†" in line for line in lines):
         lines += ["", "†: some seeds' return is their last 20 episodes (recorded before the last 100 were kept)."]
     return lines
+
+
+def aggregate_rows(runs: list[dict]) -> list[tuple[str, list[str], int, tuple[float, float, float]]]:
+    """Per script: the MuJoCo v4 tasks whose row has all its seeds, the seeds used per task, and the IQM with its
+    interval of the CleanRL-normalized scores (a seed's return / CleanRL's mean on that task), `[seeds, tasks]`."""
+    rows = []
+    for algo in sorted({label for env_id, label in PARITY_TASKS if env_id in MUJOCO_V4}):
+        columns = {}
+        for env_id in MUJOCO_V4:
+            reference = CLEANRL.get((algo, env_id))
+            ok = sorted((r for r in runs if (r["env_id"], r["algo"], r["status"]) == (env_id, algo, "ok")),
+                        key=lambda r: r["seed"])
+            scores = [v / reference.mean for v in (seed_return(r, reference) for r in ok) if v is not None]
+            if reference is not None and len(scores) >= PARITY_TASKS[(env_id, algo)].seeds:
+                columns[env_id] = scores
+        if columns:
+            n = min(len(scores) for scores in columns.values())
+            rows.append((algo, list(columns), n, iqm_interval([[c[i] for c in columns.values()] for i in range(n)])))
+    return rows
+
+
+def plot_aggregate(rows: list[tuple], path: str) -> None:
+    """Each script's IQM of the CleanRL-normalized score with its 95% interval; 1 is CleanRL's mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 0.6 + 0.5 * len(rows)))
+    for i, (*_, (iqm, low, high)) in enumerate(rows):
+        ax.errorbar([iqm], [i], xerr=[[iqm - low], [high - iqm]], fmt="o", capsize=4, color=f"C{i}")
+    ax.set_yticks(range(len(rows)), [f"{algo} ({len(tasks)} tasks x {n} seeds)" for algo, tasks, n, _ in rows],
+                  fontsize=8)
+    ax.axvline(1.0, color="gray", linestyle="--", linewidth=1)
+    ax.set_xlabel("IQM of return / CleanRL's mean, 95% stratified-bootstrap interval", fontsize=8)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def plot_parity(runs: list[dict], env_id: str, path: str) -> None:
@@ -351,6 +415,19 @@ def parity_report(folder: str, plots: bool = True) -> str:
            "--deadline 540` stops the runs still going in time to end by 540 s (each checkpoints) and the next call "
            "resumes them. "
            "Each run's JSON in `runs/` holds its exact command, segments, machine and versions.", ""]
+    rows = aggregate_rows(runs)
+    if rows:
+        out += ["## Aggregate over MuJoCo v4", "",
+                "Per script, the interquartile mean (IQM) of the CleanRL-normalized score (each seed's return over "
+                "CleanRL's mean on that task, as the rows above compare them) across the MuJoCo v4 tasks whose rows "
+                "have all their seeds, with its 95% stratified-bootstrap interval (`rliable`, 2,000 resamples of the "
+                "seeds within each task). 1.0 is CleanRL's mean.", "",
+                "| script | tasks | seeds per task | IQM [95% CI] |", "|---|---|---:|---:|"]
+        out += [f"| {algo} | {', '.join(tasks)} | {n} | {iqm:.3f} [{low:.3f}, {high:.3f}] |"
+                for algo, tasks, n, (iqm, low, high) in rows]
+        out += ["", "![aggregate](aggregate.png)", ""]
+        if plots:
+            plot_aggregate(rows, os.path.join(folder, "aggregate.png"))
     out += machines(runs) + [""]
     for env_id in sorted({r["env_id"] for r in runs if r["status"] == "ok"}):
         if plots:
