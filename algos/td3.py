@@ -67,6 +67,9 @@ class Args(RunArgs):
     num_seeds: int = 1
     """independent runs trained together, seeds --seed to --seed + N - 1: each has its own envs (--num-envs),
     networks, replay memory and run folder; one batched kernel serves all N"""
+    async_envs: bool = False
+    """step the envs (every seed's) in subprocesses, one each, while the main process waits: for --num-seeds runs
+    of a costly simulator on a machine with cores to spare"""
 
 
 class TwinQNetwork(nn.Module):
@@ -137,7 +140,7 @@ def main(args: Args) -> dict:
     n_seeds, n_envs = args.num_seeds, args.num_envs
     envs = make_env(args.env_id, n_seeds * n_envs, args.seed, action="continuous", algo="TD3",
                     capture_video=args.capture_video, video_dir=os.path.join(args.runs_dir, "videos"),
-                    backend=args.env_backend, device=str(device))
+                    asynchronous=args.async_envs, backend=args.env_backend, device=str(device))
     obs_dim, action_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
     low, high = envs.single_action_space.low, envs.single_action_space.high
     capacity = args.buffer_size

@@ -152,6 +152,9 @@ def check_run_args(args: RunArgs) -> None:
     check(args.checkpoint_every == 0 or args.save_model, "--checkpoint-every needs --save-model")
     check(args.env_backend in ("gymnasium", "torch", "mjwarp"),
           f"--env-backend must be gymnasium, torch or mjwarp (got {args.env_backend!r})")
+    check(not getattr(args, "async_envs", False) or args.env_backend == "gymnasium",
+          "--async-envs steps gymnasium envs in subprocesses; device envs (--env-backend torch or mjwarp) step on "
+          "the device: leave it out")
     inductor_options(args)  # --max-autotune / --inductor: checked here, before anything is built
     if args.resume:  # a checkpoint of another script or other flags fails here, before a run folder exists
         load_checkpoint(args.resume, args, mmap=True)

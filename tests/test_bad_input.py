@@ -27,6 +27,7 @@ CASES = [
     ("td3", ["--env-id", "Pendulum-v1", "--num-seeds", "2", "--buffer-size", str(10**11)],
      ["replay memory", "GiB", "lower --buffer-size to"]),
     ("td3", [*PENDULUM, "--num-seeds", "2"], ["--num-seeds 2", "--env-backend gymnasium"]),
+    ("td3", [*PENDULUM, "--async-envs"], ["--async-envs", "leave it out"]),
     ("sac", ["--env-id", "CartPole-v1"], ["continuous", "Pendulum-v1"]),
     ("sac", ["--env-id", "Pendulum-v1", "--gamma", "0"], ["--gamma must be in (0, 1]"]),
     ("sac", ["--env-id", "Pendulum-v1", "--num-seeds", "0"], ["--num-seeds must be >= 1"]),

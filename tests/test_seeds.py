@@ -7,6 +7,7 @@ import glob
 import json
 import os
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -56,6 +57,18 @@ def test_a_seed_logs_the_same_whatever_the_other_seeds_do(tmp_path, monkeypatch,
     assert {LOSS[script], "episodic_return"} <= names
     assert records(a0) == records(b0)
     assert records(a1) != records(b1)  # seed 1 did see other episodes: the comparison above means something
+
+
+def test_envs_in_subprocesses_give_the_same_runs(tmp_path, monkeypatch):
+    """--async-envs moves where the envs step, not what they do: every seed logs what it logs with them in-process."""
+    run_main("td3", FLAGS, str(tmp_path / "sync"))
+    made, async_vector_env = [], gym.vector.AsyncVectorEnv
+    monkeypatch.setattr(gym.vector, "AsyncVectorEnv", lambda *a, **k: made.append(k) or async_vector_env(*a, **k))
+    run_main("td3", [*FLAGS, "--async-envs"], str(tmp_path / "async"))
+    assert len(made) == 1  # the run's envs did step in subprocesses
+    runs = [[records(d) for d in seed_folders(tmp_path / kind, "td3")] for kind in ("sync", "async")]
+    assert len(runs[0]) == 2 and runs[0] == runs[1]
+    assert {"qf_loss", "episodic_return"} <= {name for _, name, _ in runs[0][1]}
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
