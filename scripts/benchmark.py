@@ -5,6 +5,7 @@
     python scripts/report.py                                  # results/ -> results/README.md + plots
     python scripts/benchmark.py --labels ppo-torch4096 --paths compile+cudagraphs --variant autotune \
         --extra-flags=--max-autotune --out results/experiments/NAME   # an A/B of a flag (this one needs --compile)
+    python scripts/benchmark.py --labels td3-seeds10 --paths compile+cudagraphs --processes 10  # its peer: td3-procs10
 
 The tasks are scripts/registry.py's. Each run is a subprocess that runs a script with the flags a user would type
 (the JSON's `command`) under scripts/measure.py, and its JSON holds the steady-state steps/s (median of the
@@ -76,6 +77,10 @@ class Args:
     extra_flags: str = ""
     """flags added to every run, e.g. `--variant autotune --extra-flags=--max-autotune` (the `=` keeps a single flag
     from being read as the benchmark's own)"""
+    processes: int = 1
+    """speed suite: run each task as this many processes at once, one seed each (--seed, --seed + 1, ...), without
+    its --num-seeds: the peer of seeds as a batch axis (`td3-seeds10` becomes `td3-procs10`; on one GPU, start CUDA
+    MPS first). The record's steps/s is the processes' sum, each one's kept beside it."""
 
 
 def save_record(path: str | None, record: dict) -> None:
@@ -143,9 +148,21 @@ def return_curve(metrics_csv: str, max_points: int = 200) -> dict:
     return {"steps": [r[0] for r in kept], "seconds": [r[1] for r in kept], "returns": [r[2] for r in kept]}
 
 
-def run_one(task: Task, path: str, seed: int, scale: float, timeout: float) -> dict:
-    """Run one script under scripts/measure.py; the record says ok or failed (with the error), never nothing."""
-    runs_dir = tempfile.mkdtemp(prefix="turborl-bench-")
+def mps_daemon_running() -> bool:
+    """Whether a CUDA MPS control daemon runs on this machine: without one, CUDA quietly time-slices, whatever
+    CUDA_MPS_PIPE_DIRECTORY says."""
+    for comm in glob.glob("/proc/[0-9]*/comm"):
+        try:
+            if open(comm).read().startswith("nvidia-cuda-mps"):
+                return True
+        except OSError:  # the process ended while we looked
+            pass
+    return False
+
+
+def run_one(task: Task, path: str, seed: int, scale: float, timeout: float, processes: int = 1) -> dict:
+    """Run one script under scripts/measure.py (`processes` of it at once, seeds seed, seed + 1, ...); the record
+    says ok or failed (with the error), never nothing."""
     steps = max(task.min_steps, int((task.steps if "cudagraphs" in path else task.eager_steps) * scale))
     flags = ["--env-id", task.env_id, "--seed", str(seed), "--total-timesteps", str(steps), *PATH_FLAGS[path],
              *task.flags]
@@ -155,35 +172,50 @@ def run_one(task: Task, path: str, seed: int, scale: float, timeout: float) -> d
         starts = getattr(importlib.import_module(f"algos.{task.script}").Args, "learning_starts", None)
     if starts is not None:
         flags += ["--learning-starts", str(max(100, int(starts * scale)))]
-    measured = os.path.join(runs_dir, "measure.json")
-    command = [sys.executable, "scripts/measure.py", task.script, "--out", measured, "--", *flags,
-               "--runs-dir", runs_dir]
     record = {"algo": task.label, "env_id": task.env_id, "path": path, "seed": seed, "steps": steps,
               "command": shlex.join(["python", f"algos/{task.script}.py", *flags]),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        error = None if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr.strip()[-1500:]}"
-    except subprocess.TimeoutExpired:
-        error = f"timeout after {timeout:.0f}s"
+    runs = []  # (runs folder, measurements, stderr) of each process
+    for i in range(processes):
+        runs_dir = tempfile.mkdtemp(prefix="turborl-bench-")
+        own = [str(seed + i) if j and flags[j - 1] == "--seed" else flag for j, flag in enumerate(flags)]
+        command = [sys.executable, "scripts/measure.py", task.script, "--out", os.path.join(runs_dir, "measure.json"),
+                   "--", *own, "--runs-dir", runs_dir]
+        stderr = open(os.path.join(runs_dir, "stderr.log"), "w+")
+        runs.append((runs_dir, subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr), stderr))
+    start, errors = time.perf_counter(), []
+    for runs_dir, proc, stderr in runs:
+        try:
+            proc.wait(timeout=max(1.0, timeout - (time.perf_counter() - start)))
+            if proc.returncode:
+                stderr.seek(0)
+                errors.append(f"exit {proc.returncode}: {stderr.read().strip()[-1500:]}")
+            elif not os.path.exists(os.path.join(runs_dir, "measure.json")):
+                errors.append("the run wrote no measurements")
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            errors.append(f"timeout after {timeout:.0f}s")
+        stderr.close()
     record["wall_seconds"] = time.perf_counter() - start
-    run_dirs = [d for d in glob.glob(os.path.join(runs_dir, "*")) if os.path.isdir(d)]
-    if error is None and not (run_dirs and os.path.exists(measured)):
-        error = "the run wrote no measurements"
-    if error is not None:
-        return {**record, "status": "failed", "error": error}
-    result = json.load(open(measured))
-    sps = result["steady_sps"]
-    metrics_csv = os.path.join(run_dirs[0], "metrics.csv")
+    if errors:
+        return {**record, "status": "failed", "error": errors[0]}
+    results = [json.load(open(os.path.join(runs_dir, "measure.json"))) for runs_dir, _, _ in runs]
+    result = results[0]
+    sps = sum(r["steady_sps"] for r in results) if all(r["steady_sps"] for r in results) else None
+    metrics_csv = sorted(glob.glob(os.path.join(runs[0][0], "*", "metrics.csv")))[0]  # the first process's first seed
+    if processes > 1:
+        record.update(processes=processes, seeds=[seed + i for i in range(processes)],
+                      steady_sps_per_process=[r["steady_sps"] for r in results],
+                      gpu_sharing="mps" if mps_daemon_running() else "time-sliced")
     return {
         **record, "status": "ok",
         "steady_sps": sps,
-        "steady_sps_whole": result["steady_sps_whole"],
-        "startup_seconds": result["startup_seconds"],
-        "run_wall_seconds": result["summary"]["wall_seconds"],
+        "steady_sps_whole": sum(r["steady_sps_whole"] or 0 for r in results) or None,
+        "startup_seconds": max(r["startup_seconds"] or 0 for r in results) or None,
+        "run_wall_seconds": max(r["summary"]["wall_seconds"] for r in results),
         "us_per_step": 1e6 / sps if sps else None,
-        "floor_us_per_step": result["floor_us"],
+        # A process's replay alone says nothing of processes that share the GPU: no floor for them.
+        "floor_us_per_step": result["floor_us"] if processes == 1 else None,
         "floor_method": "the steady span's captured calls replayed back to back after training, one synchronize "
                         "at the end (GPU replay time alone)",
         "final_return": result["summary"]["mean_return_last20"],
@@ -208,6 +240,9 @@ def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
         if args.variant:
             task = replace(task, variant="-".join(filter(None, (task.variant, args.variant))),
                            flags=(*task.flags, *shlex.split(args.extra_flags)))
+        if args.processes > 1:  # one seed per process: the task's --num-seeds (flag and value) goes
+            flags = [f for i, f in enumerate(task.flags) if "--num-seeds" not in (f, task.flags[i - 1] if i else "")]
+            task = replace(task, variant=f"procs{args.processes}", flags=tuple(flags))
         for path in paths:
             if task.compile_only and "--compile" not in PATH_FLAGS[path]:
                 continue
@@ -231,6 +266,8 @@ def main(args: Args) -> None:
         raise SystemExit("error: --variant and --extra-flags go together (a name for the flags, and the flags)")
     if args.jobs < 1 or (args.jobs > 1 and args.suite == "speed"):
         raise SystemExit("error: --jobs must be >= 1, and 1 for the speed suite (speed is measured alone)")
+    if args.processes < 1 or (args.processes > 1 and args.suite != "speed"):
+        raise SystemExit("error: --processes must be >= 1, and 1 for the learning suite (a peer is a speed run)")
     cuda = torch.cuda.is_available()
     args.scale = args.scale if args.scale is not None else (1.0 if cuda else 0.05)
     out = args.out or (os.path.join(ROOT, "results", args.suite) if cuda else
@@ -245,7 +282,7 @@ def main(args: Args) -> None:
         target = os.path.join(out, f"{task.label}__{task.env_id}__{path}__s{seed}.json")
         if not args.force and os.path.exists(target) and json.load(open(target)).get("status") == "ok":
             return json.load(open(target))
-        record = run_one(task, path, seed, args.scale, args.timeout)
+        record = run_one(task, path, seed, args.scale, args.timeout, args.processes)
         record["machine"], record["suite"], record["scale"] = info, args.suite, args.scale
         record["concurrent_runs"] = jobs
         with open(target + ".tmp", "w") as f:

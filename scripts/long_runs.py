@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from scripts.benchmark import PATH_FLAGS, machine  # noqa: E402
+from scripts.benchmark import PATH_FLAGS, machine, mps_daemon_running  # noqa: E402
 from scripts.registry import ALGORITHMS, Task  # noqa: E402
 
 
@@ -108,18 +108,6 @@ def segment(run_dir: str, summary: dict, concurrent_runs: int) -> dict:
     """One call's part of a run: its folder, checkpoint, steps reached and wall seconds."""
     return {"run_dir": os.path.relpath(run_dir, ROOT), "checkpoint": os.path.relpath(summary["checkpoint"], ROOT),
             "steps": summary["steps"], "wall_seconds": summary["wall_seconds"], "concurrent_runs": concurrent_runs}
-
-
-def mps_daemon_running() -> bool:
-    """Whether a CUDA MPS control daemon runs on this machine: without one, CUDA quietly time-slices, whatever
-    CUDA_MPS_PIPE_DIRECTORY says."""
-    for comm in glob.glob("/proc/[0-9]*/comm"):
-        try:
-            if open(comm).read().startswith("nvidia-cuda-mps"):
-                return True
-        except OSError:  # the process ended while we looked
-            pass
-    return False
 
 
 def stitched_curve(segments: list[dict]) -> tuple[dict, float | None, float | None]:

@@ -26,6 +26,20 @@ def test_benchmark_records_a_real_run_and_a_failed_one(tmp_path):
     assert failed["status"] == "failed" and "unknown env id" in failed["error"]
 
 
+def test_the_peer_of_a_seeds_task_runs_one_seed_per_process_at_once(tmp_path, monkeypatch):
+    task = benchmark.Task("dqn", "CartPole-v1", 20_000, 20_000, 500, variant="seeds3", flags=("--num-seeds", "3"))
+    monkeypatch.setattr(benchmark, "ALGORITHMS", {"dqn": benchmark.ALGORITHMS["dqn"].__class__("dqn", speed=(task,))})
+    benchmark.main(benchmark.Args(labels=["dqn-seeds3"], paths=["eager"], processes=2, scale=0.05, out=str(tmp_path)))
+    [name] = os.listdir(tmp_path)
+    record = json.load(open(tmp_path / name))
+    assert name == "dqn-procs2__CartPole-v1__eager__s1.json" and record["status"] == "ok", record.get("error")
+    assert record["processes"] == 2 and record["seeds"] == [1, 2] and "--num-seeds" not in record["command"]
+    assert record["steady_sps"] == sum(record["steady_sps_per_process"]) and min(record["steady_sps_per_process"]) > 0
+    assert record["floor_us_per_step"] is None  # one process's replay alone is no floor for processes that share
+    with pytest.raises(SystemExit, match="--processes"):
+        benchmark.main(benchmark.Args(suite="learning", processes=2, out=str(tmp_path)))
+
+
 def test_learning_suite_runs_jobs_side_by_side_and_records_it(tmp_path):
     benchmark.main(benchmark.Args(suite="learning", algos=["dqn", "ppo"], envs=["CartPole-v1"], paths=["eager"],
                                   labels=["dqn", "ppo"], jobs=2, scale=0.02, out=str(tmp_path)))
