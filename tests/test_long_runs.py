@@ -71,7 +71,7 @@ def test_a_segment_whose_call_was_killed_is_found_and_resumed(tmp_path, monkeypa
     seeds share a process (--num-seeds 2): they resume together from the checkpoint in the first seed's folder (a
     run of one seed is the first seed's case)."""
     num_seeds = 2
-    task = Task("dqn", "CartPole-v1", steps=20_000, eager_steps=20_000, flags=TASK.flags)
+    task = Task("dqn", "CartPole-v1", steps=8_000, eager_steps=8_000, flags=TASK.flags)
     monkeypatch.setattr(long_runs, "ALGORITHMS", {"dqn": Algorithm("dqn", parity=(task,))})
     seeds = [1, 2]
     args = long_runs.Args(seeds=seeds, num_seeds=num_seeds, path="eager", out=str(tmp_path / "out"),
@@ -102,6 +102,6 @@ def test_a_segment_whose_call_was_killed_is_found_and_resumed(tmp_path, monkeypa
 
     for seed, dead, summary in zip(seeds, killed, summaries, strict=True):
         record = json.load(open(tmp_path / "out" / f"dqn__CartPole-v1__eager__s{seed}.json"))
-        assert record["status"] == "ok" and record["reached"] == 20_000 and len(record["segments"]) == 3
+        assert record["status"] == "ok" and record["reached"] == 8_000 and len(record["segments"]) == 3
         assert record["segments"][1]["run_dir"] == os.path.relpath(dead, long_runs.ROOT)
         assert record["segments"][1]["steps"] > summary["steps"]
