@@ -120,7 +120,7 @@ def main(args: Args) -> dict:
     logger = SeedLoggers(args, "dqn", args.total_timesteps, device, run_root=args.runs_dir)
 
     # ALGO LOGIC: networks, replay memory and schedule, all on the device and updated in place
-    [q_network] = (m.to(device) for m in seeded(args.seed, n_seeds, lambda: (QNetwork(obs_dim, n_actions),)))
+    q_network = seeded(args.seed, n_seeds, lambda: (QNetwork(obs_dim, n_actions),))[0].to(device)
     target_network = copy.deepcopy(q_network).requires_grad_(False)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate,
                                  capturable=path.capturable, fused=path.fused)

@@ -276,21 +276,20 @@ def main(args: Args) -> dict:
         returns.copy_(gae + values)
         permutations.copy_(torch.rand(args.update_epochs, n_seeds, batch_size, device=device).argsort(dim=2))
 
-    def batch(x: torch.Tensor, mb: torch.Tensor) -> torch.Tensor:
-        """x's samples at mb ([seeds, minibatch] indices into each seed's steps x envs): [seeds, minibatch, ...]."""
-        return x[mb // n_envs, seed_index, mb % n_envs]
+    params = list(agent.parameters())
 
     def update(mb: torch.Tensor) -> None:
-        newlogprob, entropy, newvalue = agent.evaluate(batch(obs_buf, mb), batch(actions, mb))
-        logratio = newlogprob - batch(logprobs, mb)
+        at = (mb // n_envs, seed_index, mb % n_envs)  # mb: [seeds, minibatch] samples b of a seed's steps x envs
+        newlogprob, entropy, newvalue = agent.evaluate(obs_buf[at], actions[at])  # [seeds, minibatch, ...]
+        logratio = newlogprob - logprobs[at]
         ratio = logratio.exp()
-        mb_advantages = batch(advantages, mb)  # [seeds, minibatch]; every mean below is over a seed's minibatch
+        mb_advantages = advantages[at]  # [seeds, minibatch]; every mean below is over a seed's minibatch
         if args.norm_adv:
             mb_advantages = (mb_advantages - mb_advantages.mean(1, keepdim=True)) / (
                 mb_advantages.std(1, keepdim=True) + 1e-8)
         pg_loss = torch.max(-mb_advantages * ratio,
                             -mb_advantages * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)).mean(1)
-        mb_returns, mb_values = batch(returns, mb), batch(values, mb)
+        mb_returns, mb_values = returns[at], values[at]
         if args.clip_vloss:
             v_clipped = mb_values + (newvalue - mb_values).clamp(-args.clip_coef, args.clip_coef)
             v_loss = 0.5 * torch.max((newvalue - mb_returns).pow(2), (v_clipped - mb_returns).pow(2)).mean(1)
@@ -300,7 +299,7 @@ def main(args: Args) -> dict:
         loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # [seeds]
         optimizer.zero_grad()
         loss.sum().backward()  # the seeds' losses summed: each seed's gradient comes from its own loss alone
-        clip_grad_norm_per_seed_(list(agent.parameters()), args.max_grad_norm, n_seeds)
+        clip_grad_norm_per_seed_(params, args.max_grad_norm, n_seeds)
         optimizer.step()
         with torch.no_grad():
             metrics.copy_(torch.stack([pg_loss, v_loss, entropy_loss, (-logratio).mean(1),

@@ -241,7 +241,9 @@ def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
             task = replace(task, variant="-".join(filter(None, (task.variant, args.variant))),
                            flags=(*task.flags, *shlex.split(args.extra_flags)))
         if args.processes > 1:  # one seed per process: the task's --num-seeds (flag and value) goes
-            flags = [f for i, f in enumerate(task.flags) if "--num-seeds" not in (f, task.flags[i - 1] if i else "")]
+            flags = list(task.flags)
+            if "--num-seeds" in flags:
+                del flags[flags.index("--num-seeds"):flags.index("--num-seeds") + 2]
             task = replace(task, variant=f"procs{args.processes}", flags=tuple(flags))
         for path in paths:
             if task.compile_only and "--compile" not in PATH_FLAGS[path]:

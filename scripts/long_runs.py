@@ -69,7 +69,7 @@ class Args:
     """env steps between periodic checkpoints (the run resumes from the last one if a stop fails)"""
     num_seeds: int = 1
     """seeds per process: consecutive seeds of a task go together, up to this many, into one run of the script's
-    --num-seeds (td3, sac and dqn have it)"""
+    --num-seeds (td3, sac, dqn and ppo have it)"""
 
 
 def target(args: Args, task: Task, seed: int) -> str:
@@ -181,6 +181,7 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
 def finish(args: Args, run: Launched, info: dict) -> list[dict]:
     """The JSON of each seed of the run after its process ended: a new segment, and `ok`, `partial` or `failed`."""
     task, first_dir = run.task, newest_run(run.runs_dir, run.seeds[0])
+    sharing = "mps" if mps_daemon_running() else "time-sliced"  # CUDA MPS: the runs' kernels share the GPU at once
     for seed, record, path in zip(run.seeds, run.records, run.paths, strict=True):
         run_dir = newest_run(run.runs_dir, seed)
         summary = read_summary(run_dir, first_dir)
@@ -193,8 +194,7 @@ def finish(args: Args, run: Launched, info: dict) -> list[dict]:
                                    *flags_of(args, task, run.seeds[0], len(run.seeds))]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": info, "suite": "learning", "scale": 1.0,
-            # CUDA MPS lets the runs' kernels share the GPU at once instead of taking turns.
-            "gpu_sharing": "mps" if mps_daemon_running() else "time-sliced",
+            "gpu_sharing": sharing,
             "concurrent_runs": max([run.concurrent_runs] + [s.get("concurrent_runs", 1) for s in record["segments"]]),
             "reached": summary.get("steps", record.get("reached", 0)),
         })
@@ -225,8 +225,7 @@ def main(args: Args) -> None:
     def wanted(task: Task, seed: int) -> bool:
         if args.runs:
             return f"{task.label}/{task.env_id}/{seed}" in args.runs
-        return ((not args.labels or task.label in args.labels) and (not args.envs or task.env_id in args.envs)
-                and seed in (args.seeds or range(1, task.seeds + 1)))
+        return (not args.labels or task.label in args.labels) and (not args.envs or task.env_id in args.envs)
 
     tasks = [task for algorithm in ALGORITHMS.values() for task in getattr(algorithm, args.suite)]
     named = {int(run.rsplit("/", 1)[1]) for run in args.runs}
@@ -243,7 +242,8 @@ def main(args: Args) -> None:
                 continue
             last = pending[-1] if pending else None
             if last and last[0] is task and len(last[1]) < args.num_seeds and last[1][-1] == seed - 1:
-                last[1].append(seed), last[2].append(path)
+                last[1].append(seed)
+                last[2].append(path)
             else:
                 pending.append((task, [seed], [path]))
     concurrent = min(args.jobs, len(pending))

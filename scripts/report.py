@@ -329,10 +329,12 @@ def aggregate_rows(runs: list[dict]) -> list[tuple[str, list[str], int, tuple[fl
         columns = {}
         for env_id in MUJOCO_V4:
             reference = CLEANRL.get((algo, env_id))
+            if reference is None:
+                continue
             ok = sorted((r for r in runs if (r["env_id"], r["algo"], r["status"]) == (env_id, algo, "ok")),
                         key=lambda r: r["seed"])
             scores = [v / reference.mean for v in (seed_return(r, reference) for r in ok) if v is not None]
-            if reference is not None and len(scores) >= PARITY_TASKS[(env_id, algo)].seeds:
+            if len(scores) >= PARITY_TASKS[(env_id, algo)].seeds:
                 columns[env_id] = scores
         if columns:
             n = min(len(scores) for scores in columns.values())
