@@ -70,6 +70,9 @@ class Args:
     num_seeds: int = 1
     """seeds per process: consecutive seeds of a task go together, up to this many, into one run of the script's
     --num-seeds (td3, sac, dqn and ppo have it)"""
+    extra_flags: str = ""
+    """flags added to every run, e.g. `--extra-flags=--async-envs` (the `=` keeps a single flag from reading as one of
+    ours); each record's command has them"""
 
 
 def target(args: Args, task: Task, seed: int) -> str:
@@ -78,7 +81,7 @@ def target(args: Args, task: Task, seed: int) -> str:
 
 def flags_of(args: Args, task: Task, seed: int, num_seeds: int = 1) -> list[str]:
     return ["--env-id", task.env_id, "--seed", str(seed), *(["--num-seeds", str(num_seeds)] if num_seeds > 1 else []),
-            "--total-timesteps", str(task.steps), *PATH_FLAGS[args.path], *task.flags]
+            "--total-timesteps", str(task.steps), *PATH_FLAGS[args.path], *task.flags, *shlex.split(args.extra_flags)]
 
 
 def newest_run(runs_dir: str, seed: int) -> str | None:

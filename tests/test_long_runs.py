@@ -46,7 +46,8 @@ def test_a_suite_runs_two_seeds_in_one_place_and_records_each(tmp_path, monkeypa
 def test_seeds_share_a_process_and_each_gets_its_own_record(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(long_runs, "ALGORITHMS", {"dqn": Algorithm("dqn", parity=(TASK,))})
     out = tmp_path / "out"
-    args = long_runs.Args(seeds=[1, 2, 4], num_seeds=2, path="eager", out=str(out), runs_dir=str(tmp_path / "r"))
+    args = long_runs.Args(seeds=[1, 2, 4], num_seeds=2, path="eager", out=str(out), runs_dir=str(tmp_path / "r"),
+                          extra_flags="--buffer-size 2500")
 
     long_runs.main(args)
 
@@ -58,6 +59,8 @@ def test_seeds_share_a_process_and_each_gets_its_own_record(tmp_path, monkeypatc
         assert record["status"] == "ok" and record["reached"] == 3000 and record["eval_return"] is not None
         run_dir = os.path.join(long_runs.ROOT, record["segments"][0]["run_dir"])
         assert json.load(open(os.path.join(run_dir, "args.json")))["seed"] == seed
+        assert record["command"].endswith("--buffer-size 2500")  # and the run ran with it:
+        assert json.load(open(os.path.join(run_dir, "args.json")))["buffer_size"] == 2500
         with open(os.path.join(run_dir, "metrics.csv")) as f:
             returns = [float(r["value"]) for r in csv.DictReader(f) if r["name"] == "episodic_return"]
         assert record["return_last100"] == sum(returns[-100:]) / len(returns[-100:])
