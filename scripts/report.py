@@ -14,6 +14,7 @@ The Markdown depends on the JSON records alone, so any clone regenerates the com
 
 from __future__ import annotations
 
+import datetime
 import glob
 import json
 import os
@@ -30,6 +31,8 @@ PATHS = ["eager", "compile", "cudagraphs", "compile+cudagraphs", "reduce-overhea
 # CleanRL's published returns, by the table's algo column and env.
 CLEANRL = {(Task(name, env_id, 0, 0).label, env_id): reference for name, algorithm in ALGORITHMS.items()
            for env_id, reference in algorithm.cleanrl.items()}
+# Runs stopped and resumed on one machine leave a gap of their stop and restart between segments: one stretch.
+RESUME_GAP = 300
 PARITY_TASKS = {(task.env_id, task.label): task for algorithm in ALGORITHMS.values() for task in algorithm.parity}
 
 
@@ -342,6 +345,48 @@ def aggregate_rows(runs: list[dict]) -> list[tuple[str, list[str], int, tuple[fl
     return rows
 
 
+def gpu_time(runs: list[dict]) -> list[str]:
+    """The GPU time of the MuJoCo v4 rows: each stretch of a GPU's wall time in which at least one of their runs was
+    on it, with the seeds whose last segment it holds. A segment starts at its run folder's time stamp (the scripts
+    name it `{env}__{algo}__{seed}__{unix time}`) and lasts its recorded seconds."""
+    segments = defaultdict(list)  # gpu -> [(start, end, run or None)]: the run where this is its last segment
+    for run in runs:
+        if run["env_id"] in MUJOCO_V4 and run["machine"].get("gpu"):
+            for i, seg in enumerate(run.get("segments", [])):
+                start = int(os.path.basename(seg["run_dir"]).split("__")[-1])
+                segments[run["machine"]["gpu"]].append(
+                    (start, start + seg["wall_seconds"], run if i == len(run["segments"]) - 1 else None))
+    stretches = []
+    for gpu, spans in segments.items():
+        mine = []
+        for start, end, run in sorted(spans, key=lambda span: span[:2]):
+            if not mine or start > mine[-1]["end"] + RESUME_GAP:
+                mine.append({"gpu": gpu, "start": start, "end": end, "runs": []})
+            mine[-1]["end"] = max(mine[-1]["end"], end)
+            mine[-1]["runs"] += [run] if run else []
+        stretches += mine
+    if not stretches:
+        return []
+    lines = ["## GPU time of the MuJoCo v4 rows", "",
+             "Each line is a stretch of one GPU's wall time with at least one MuJoCo v4 run of the records above on "
+             "it: the union of the runs' segments (each starts at its run folder's time stamp and lasts its recorded "
+             f"seconds), a gap under {RESUME_GAP // 60} minutes (a stop and its resume) counted in. Not in it: the "
+             "machine's start, tests run beside, runs that left no record. A seed counts in the stretch of its last "
+             "segment. The goal: td3's and sac's 40 seeds at 1M steps in 30 minutes or less of one H200, with "
+             "`--num-seeds`.", "",
+             "| start (UTC) | GPU | minutes | seeds finished | seeds stopped | runs |", "|---|---|---:|---:|---:|---|"]
+    for stretch in sorted(stretches, key=lambda s: s["start"]):
+        start = datetime.datetime.fromtimestamp(stretch["start"], datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+        tasks = sorted({f"{r['algo']} {r['env_id']}" for r in stretch["runs"]})
+        lines.append(f"| {start} | {stretch['gpu']} | {(stretch['end'] - stretch['start']) / 60:.1f} | "
+                     f"{sum(r['status'] == 'ok' for r in stretch['runs'])} | "
+                     f"{sum(r['status'] == 'partial' for r in stretch['runs'])} | {', '.join(tasks)} |")
+    total = sum(s["end"] - s["start"] for s in stretches) / 60
+    statuses = [r["status"] for s in stretches for r in s["runs"]]
+    lines += [f"| total | | {total:.1f} | {statuses.count('ok')} | {statuses.count('partial')} | |", ""]
+    return lines
+
+
 def plot_aggregate(rows: list[tuple], path: str) -> None:
     """Each script's IQM of the CleanRL-normalized score with its 95% interval; 1 is CleanRL's mean."""
     import matplotlib
@@ -430,6 +475,7 @@ def parity_report(folder: str, plots: bool = True) -> str:
         out += ["", "![aggregate](aggregate.png)", ""]
         if plots:
             plot_aggregate(rows, os.path.join(folder, "aggregate.png"))
+    out += gpu_time(runs)
     out += machines(runs) + [""]
     for env_id in sorted({r["env_id"] for r in runs if r["status"] == "ok"}):
         if plots:

@@ -136,6 +136,18 @@ def test_parity_report_passes_fails_and_lists_what_is_not_run(tmp_path):
     runs += [parity_run("sac", "Hopper-v4", 1, below), parity_run("sac", "Hopper-v4", 2, below),
              parity_run("sac", "Hopper-v4", 3, None, status="partial", return_at_stop=10.0) | {"reached": 600_000}]
     runs += [parity_run("td3", "Ant-v4", 1, 10.0)]  # a model card: compared on the final policy's evaluation (12.0)
+    # Their segments on the GPU: td3's 5 seeds in one process from t = 1,000,000 s for 900 s; sac's from 600 s later,
+    # stopped at 900 s and resumed 100 s later (one stretch, 1,600 s); td3 Ant 301 s after that (a stretch of its own).
+    def segment(run, start, seconds):
+        name = f"{run['env_id']}__{run['algo']}__{run['seed']}__{start}"
+        return {"run_dir": f"runs/long/x/{name}", "wall_seconds": seconds}
+
+    for run in runs[:5]:
+        run["segments"] = [segment(run, 1_000_000, 900.0)]
+    for run in runs[5:8]:
+        resumed = [segment(run, 1_001_000, 600.0)] if run["seed"] < 3 else []
+        run["segments"] = [segment(run, 1_000_600, 300.0)] + resumed
+    runs[8]["segments"] = [segment(runs[8], 1_001_901, 600.0)]
     folder = tmp_path / "parity"
     os.makedirs(folder / "runs")
     for i, run in enumerate(runs):
@@ -160,6 +172,9 @@ def test_parity_report_passes_fails_and_lists_what_is_not_run(tmp_path):
     assert f"| Hopper-v4 | sac | 2 (+1 at 600,000+ steps) | {below:,.1f} ± 0.0 |" in text and "**fail** (2 of 5" in text
     assert "| Ant-v4 | td3 | 1 | 12.0 ± 0.0 |" in text  # the evaluation, not the training return
     assert "| Walker2d-v4 | td3 | 0 | – |" in text and "not run" in text  # every parity task has its row
+    assert "| 1970-01-12 13:46 | Test GPU | 26.7 | 7 | 1 | sac Hopper-v4, td3 Hopper-v4 |" in text
+    assert "| 1970-01-12 14:18 | Test GPU | 10.0 | 1 | 0 | td3 Ant-v4 |" in text
+    assert "| total | | 36.7 | 8 | 1 | |" in text
     assert "python scripts/long_runs.py" in text and "docs.cleanrl.dev/rl-algorithms/td3/" in text
     assert (folder / "Hopper-v4.png").stat().st_size > 1000 and (folder / "README.md").read_text() == text
 
