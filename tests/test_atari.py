@@ -130,3 +130,20 @@ def test_evaluate_scores_whole_games_across_lost_lives():
         total, lives_lost = total + reward[0], lives_lost + int(terminated[0] or truncated[0])
     envs.close()
     assert lives_lost == 5 and total == score and length > 5 * 20
+
+
+def test_env_speed_measures_each_library_and_says_what_a_missing_one_needs(tmp_path, monkeypatch):
+    from scripts import atari_env_speed
+
+    out = tmp_path / "speed.json"
+    atari_env_speed.main(atari_env_speed.Args(num_envs=[2], seconds=0.2, out=str(out)))
+    (row,) = json.load(open(out))["rows"]
+    assert row["library"] == "ale-py" and row["num_envs"] == 2 and row["env_steps_per_second"] > 0
+
+    with pytest.raises(SystemExit, match="--libraries gym: choose ale-py, envpool or both"):
+        atari_env_speed.main(atari_env_speed.Args(libraries=["gym"]))
+    find_spec = atari_env_speed.importlib.util.find_spec
+    monkeypatch.setattr(atari_env_speed.importlib.util, "find_spec",
+                        lambda name: None if name == "envpool" else find_spec(name))
+    with pytest.raises(SystemExit, match="envpool is not installed: pip install envpool"):
+        atari_env_speed.main(atari_env_speed.Args(libraries=["ale-py", "envpool"]))
