@@ -6,6 +6,7 @@
     python scripts/benchmark.py --labels ppo-torch4096 --paths compile+cudagraphs --variant autotune \
         --extra-flags=--max-autotune --out results/experiments/NAME   # an A/B of a flag (this one needs --compile)
     python scripts/benchmark.py --labels td3-seeds10 --paths compile+cudagraphs --processes 10  # its peer: td3-procs10
+    python scripts/benchmark.py --labels td3-seeds10 --paths compile+cudagraphs --num-seeds 20  # td3-seeds20
 
 The tasks are scripts/registry.py's. Each run is a subprocess that runs a script with the flags a user would type
 (the JSON's `command`) under scripts/measure.py, and its JSON holds the steady-state steps/s (median of the
@@ -81,6 +82,9 @@ class Args:
     """speed suite: run each task as this many processes at once, one seed each (--seed, --seed + 1, ...), without
     its --num-seeds: the peer of seeds as a batch axis (`td3-seeds10` becomes `td3-procs10`; on one GPU, start CUDA
     MPS first). The record's steps/s is the processes' sum, each one's kept beside it."""
+    num_seeds: int = 0
+    """speed suite: run the seeds tasks (those with --num-seeds) with this many seeds instead, each labeled for it
+    (`td3-seeds10` becomes `td3-seeds20`), and no other task; 0: as the registry has them"""
 
 
 def save_record(path: str | None, record: dict) -> None:
@@ -240,6 +244,12 @@ def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
         if args.variant:
             task = replace(task, variant="-".join(filter(None, (task.variant, args.variant))),
                            flags=(*task.flags, *shlex.split(args.extra_flags)))
+        if args.num_seeds:
+            if "--num-seeds" not in task.flags:
+                continue
+            flags = list(task.flags)
+            flags[flags.index("--num-seeds") + 1] = str(args.num_seeds)
+            task = replace(task, variant=f"seeds{args.num_seeds}", flags=tuple(flags))
         if args.processes > 1:  # one seed per process: the task's --num-seeds (flag and value) goes
             flags = list(task.flags)
             if "--num-seeds" in flags:
@@ -270,6 +280,9 @@ def main(args: Args) -> None:
         raise SystemExit("error: --jobs must be >= 1, and 1 for the speed suite (speed is measured alone)")
     if args.processes < 1 or (args.processes > 1 and args.suite != "speed"):
         raise SystemExit("error: --processes must be >= 1, and 1 for the learning suite (a peer is a speed run)")
+    if args.num_seeds < 0 or (args.num_seeds and (args.processes > 1 or args.suite != "speed")):
+        raise SystemExit("error: --num-seeds must be >= 1 (0: the registry's), for the speed suite, without "
+                         "--processes (seeds in one process, or one seed per process: run them one after the other)")
     cuda = torch.cuda.is_available()
     args.scale = args.scale if args.scale is not None else (1.0 if cuda else 0.05)
     out = args.out or (os.path.join(ROOT, "results", args.suite) if cuda else

@@ -109,6 +109,16 @@ def test_a_variant_runs_its_tasks_with_the_extra_flags_under_its_own_label():
         benchmark.main(benchmark.Args(variant="autotune"))
 
 
+def test_num_seeds_runs_the_seeds_tasks_alone_with_that_many_seeds_under_their_own_label():
+    args = benchmark.Args(labels=["td3-seeds10", "td3"], paths=["compile+cudagraphs"], num_seeds=20)
+    [(task, _, _)] = benchmark.plan(args, cuda=True)  # td3 (HalfCheetah-v5) has no seeds axis: not run
+    assert task.label == "td3-seeds20" and task.flags[task.flags.index("--num-seeds"):][:2] == ("--num-seeds", "20")
+    assert task.flags.count("--num-seeds") == 1
+    for bad in (dict(num_seeds=-1), dict(num_seeds=5, processes=5), dict(num_seeds=5, suite="learning")):
+        with pytest.raises(SystemExit, match="--num-seeds must be >= 1"):
+            benchmark.main(benchmark.Args(**bad))
+
+
 def test_benchmark_runs_a_compile_only_task_in_the_compiled_paths_only():
     runs = benchmark.plan(benchmark.Args(labels=["ppo-torch4096-tuned", "ppo-torch4096"]), cuda=True)
     paths = {label: [path for task, path, _ in runs if task.label == label]
