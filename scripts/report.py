@@ -231,7 +231,8 @@ def plot_returns(runs: list[dict], path: str) -> None:
             ax.set_title(f"{task[0]} {task[1]}", fontsize=9)
             ax.set_xlabel(xlabel, fontsize=8)
             ax.set_ylabel("episodic return", fontsize=8)
-        row[1].legend(fontsize=7)
+        if row[1].lines:  # a task whose runs logged no episode has no curve to name
+            row[1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
