@@ -107,6 +107,16 @@ class GracefulStop:
 MEMORY_FLAGS = ("num_envs", "buffer_size", "batch_size", "num_steps")
 
 
+def ran_out_of_memory(err: BaseException | None) -> bool:
+    """A torch.OutOfMemoryError, or an error raised from one: torch.compile wraps an allocation that fails while it
+    compiles or captures (the first update of a run whose device filled up meanwhile)."""
+    for _ in range(32):  # a chain, never a cycle in practice; bounded all the same
+        if err is None or isinstance(err, torch.OutOfMemoryError):
+            return err is not None
+        err = err.__cause__ or err.__context__
+    return False
+
+
 def cli(main: Callable[[T], dict | None], args_type: type[T], argv: list[str] | None = None) -> None:
     """Parse `args_type` with tyro and run `main`. One line and an exit code instead of a traceback for user
     errors and a device out of memory (2), a run that stopped itself on a non-finite loss (3) and Ctrl-C (130);
@@ -125,7 +135,9 @@ def cli(main: Callable[[T], dict | None], args_type: type[T], argv: list[str] | 
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the loop
         print("interrupted: the run folder keeps the metrics and the last periodic checkpoint", file=sys.stderr)
         raise SystemExit(130) from None
-    except torch.OutOfMemoryError:  # the script's `finally` has written summary.json (failed); checkpoints stay
+    except Exception as err:  # out of memory: the script's `finally` has written summary.json; checkpoints stay
+        if not ran_out_of_memory(err):
+            raise
         sizes = [f"--{name.replace('_', '-')}" for name in MEMORY_FLAGS if getattr(args, name, None) is not None]
         print(f"error: the device ran out of memory; lower {' or '.join(sizes) or 'the run size'} (the run folder "
               "keeps the metrics and the last periodic checkpoint)", file=sys.stderr)

@@ -315,19 +315,32 @@ def test_kill_9_while_a_checkpoint_is_written_leaves_the_previous_one_whole(tmp_
     assert read_json(os.path.join(run_dir_of(tmp_path / "b"), "summary.json"))["steps"] == 30000
 
 
-def test_running_out_of_device_memory_mid_run_is_one_line_and_keeps_the_run(tmp_path, monkeypatch, capsys):
+def out_of_memory(wrapped: bool) -> Exception:
+    """The allocator's error, or what torch.compile raises from it when the allocation fails while it compiles."""
+    error = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    if not wrapped:
+        return error
+    try:
+        raise RuntimeError("backend='inductor' raised: OutOfMemoryError") from error
+    except RuntimeError as compiling:
+        return compiling
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_running_out_of_device_memory_mid_run_is_one_line_and_keeps_the_run(tmp_path, monkeypatch, capsys, wrapped):
     """An out-of-memory error where the loop runs (made here by the progress call at step 1,500, after the periodic
-    checkpoint at 1,000): one line naming the flags that size the run, exit 2, a whole summary, a checkpoint."""
+    checkpoint at 1,000), raised as is or from a compile error: one line naming the flags that size the run, exit 2,
+    a whole summary, a checkpoint. Any other error keeps its traceback."""
     from algos import dqn
     from turborl.cli import cli
     from turborl.logger import RunLogger
 
-    progress = RunLogger.progress
+    progress, error = RunLogger.progress, out_of_memory(wrapped)
 
     def run_out(logger, step):
         progress(logger, step)
         if step >= 1500:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            raise error
 
     monkeypatch.setattr(RunLogger, "progress", run_out)
     with pytest.raises(SystemExit) as exit_info:
@@ -340,3 +353,8 @@ def test_running_out_of_device_memory_mid_run_is_one_line_and_keeps_the_run(tmp_
     run_dir = run_dir_of(tmp_path)
     assert read_json(os.path.join(run_dir, "summary.json"))["status"] == "failed"
     assert os.path.exists(os.path.join(run_dir, "dqn-step1000.pt")) and metric(run_dir, "episodic_return")
+
+    error = RuntimeError("not a memory error") if wrapped else ValueError("not a memory error")
+    with pytest.raises(type(error), match="not a memory error"):
+        cli(dqn.main, dqn.Args, ["--total-timesteps", "2000", "--learning-starts", "500", "--runs-dir",
+                                 str(tmp_path / "other")])

@@ -118,3 +118,50 @@ def test_summary_records_the_runs_peak_gpu_memory(tmp_path):
     with open(summary) as f:
         peak = json.load(f)["peak_gpu_memory_mb"]
     assert 1 < peak < 10_000  # the replay buffer of 10k CartPole transitions and the networks: tens of MiB
+
+
+@pytest.mark.parametrize("path", ["eager", "compile+cudagraphs"])
+def test_a_device_that_fills_up_mid_run_ends_it_in_one_line_and_keeps_it(tmp_path, monkeypatch, capsys, path):
+    """A real out-of-memory error from the allocator, mid-run: at step 1,500 (after the periodic checkpoint at
+    1,000) the run may hold no more than it holds, down to its last small block, as when a second run beside it has
+    taken the rest of the GPU (the limit is this process's, set_per_process_memory_fraction: taking the GPU itself
+    would starve the GPU tests running beside this one). TD3's first update at 2,000 must then allocate (gradients,
+    Adam's state; in the compiled path, its compile and capture). One line naming the flags that size the run,
+    exit 2, a summary, the checkpoint."""
+    from algos import td3
+    from turborl.cli import cli
+    from turborl.logger import RunLogger
+
+    progress, taken = RunLogger.progress, []
+
+    def fill_the_device(logger, step):
+        progress(logger, step)
+        if step >= 1500 and not taken:
+            torch.cuda.empty_cache()
+            total = torch.cuda.get_device_properties(0).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, (torch.cuda.memory_reserved() + 2**20) / total))
+            size = 2**20
+            while size >= 512:
+                try:
+                    taken.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+                except torch.OutOfMemoryError:
+                    size //= 2
+
+    monkeypatch.setattr(RunLogger, "progress", fill_the_device)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            cli(td3.main, td3.Args, ["--env-id", "Pendulum-v1", "--total-timesteps", "3000", "--learning-starts",
+                                     "2000", "--save-model", "--checkpoint-every", "1000", "--runs-dir", str(tmp_path),
+                                     *PATHS.get(path, [])])
+    finally:
+        taken.clear()
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+    assert exit_info.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert lines == ["error: the device ran out of memory; lower --num-envs or --buffer-size or --batch-size (the "
+                     "run folder keeps the metrics and the last periodic checkpoint)"]
+    [run_dir] = glob.glob(str(tmp_path / "*"))
+    with open(f"{run_dir}/summary.json") as f:
+        assert json.load(f)["status"] == "failed"
+    assert glob.glob(f"{run_dir}/td3-step1000.pt")
