@@ -108,12 +108,14 @@ MEMORY_FLAGS = ("num_envs", "buffer_size", "batch_size", "num_steps")
 
 
 def ran_out_of_memory(err: BaseException | None) -> bool:
-    """A torch.OutOfMemoryError, or an error raised from one: torch.compile wraps an allocation that fails while it
-    compiles or captures (the first update of a run whose device filled up meanwhile)."""
+    """A torch.OutOfMemoryError, or an error raised from one: torch.compile raises an allocation that failed while
+    it compiled (dynamo's BackendCompilerFailed, inductor's InductorError) as their `inner_exception`, `from None`;
+    `raise ... from` names its cause. An error raised while an out-of-memory one was on its way out (its context,
+    in a `finally`: a full disk as the summary is written) is not one."""
     for _ in range(32):  # a chain, never a cycle in practice; bounded all the same
         if err is None or isinstance(err, torch.OutOfMemoryError):
             return err is not None
-        err = err.__cause__ or err.__context__
+        err = getattr(err, "inner_exception", None) or err.__cause__  # not __context__: see above
     return False
 
 

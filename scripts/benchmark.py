@@ -249,7 +249,8 @@ def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
                 continue
             flags = list(task.flags)
             flags[flags.index("--num-seeds") + 1] = str(args.num_seeds)
-            task = replace(task, variant=f"seeds{args.num_seeds}", flags=tuple(flags))
+            task = replace(task, variant="-".join(filter(None, (f"seeds{args.num_seeds}", args.variant))),
+                           flags=tuple(flags))
         if args.processes > 1:  # one seed per process: the task's --num-seeds (flag and value) goes
             flags = list(task.flags)
             if "--num-seeds" in flags:
@@ -280,9 +281,11 @@ def main(args: Args) -> None:
         raise SystemExit("error: --jobs must be >= 1, and 1 for the speed suite (speed is measured alone)")
     if args.processes < 1 or (args.processes > 1 and args.suite != "speed"):
         raise SystemExit("error: --processes must be >= 1, and 1 for the learning suite (a peer is a speed run)")
-    if args.num_seeds < 0 or (args.num_seeds and (args.processes > 1 or args.suite != "speed")):
-        raise SystemExit("error: --num-seeds must be >= 1 (0: the registry's), for the speed suite, without "
-                         "--processes (seeds in one process, or one seed per process: run them one after the other)")
+    if args.num_seeds < 0:
+        raise SystemExit(f"error: --num-seeds must be >= 1, or 0 for the registry's (got {args.num_seeds})")
+    if args.num_seeds and (args.processes > 1 or args.suite != "speed"):
+        raise SystemExit("error: --num-seeds is for the speed suite, without --processes (seeds in one process or "
+                         "one seed per process: run the two one after the other)")
     cuda = torch.cuda.is_available()
     args.scale = args.scale if args.scale is not None else (1.0 if cuda else 0.05)
     out = args.out or (os.path.join(ROOT, "results", args.suite) if cuda else

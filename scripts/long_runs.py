@@ -72,7 +72,8 @@ class Args:
     --num-seeds (td3, sac, dqn and ppo have it)"""
     extra_flags: str = ""
     """flags added to every run, e.g. `--extra-flags=--async-envs` (the `=` keeps a single flag from reading as one of
-    ours); each record's command has them"""
+    ours); each record's command has them. This launcher's own (--save-model, --checkpoint-every, --runs-dir,
+    --resume) come after them and win. Resume a run with the flags it started with"""
 
 
 def target(args: Args, task: Task, seed: int) -> str:

@@ -18,6 +18,7 @@ import datetime
 import glob
 import json
 import os
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -354,14 +355,17 @@ def gpu_time(runs: list[dict]) -> list[str]:
     for run in runs:
         if run["env_id"] in MUJOCO_V4 and run["machine"].get("gpu"):
             for i, seg in enumerate(run.get("segments", [])):
-                start = int(os.path.basename(seg["run_dir"]).split("__")[-1])
+                stamp = re.search(r"__(\d+)(?:-\d+)?$", seg["run_dir"])  # `-2`: a second run in the same second
+                if stamp is None:
+                    continue
+                start = int(stamp.group(1))
                 segments[run["machine"]["gpu"]].append(
                     (start, start + seg["wall_seconds"], run if i == len(run["segments"]) - 1 else None))
     stretches = []
     for gpu, spans in segments.items():
         mine = []
         for start, end, run in sorted(spans, key=lambda span: span[:2]):
-            if not mine or start > mine[-1]["end"] + RESUME_GAP:
+            if not mine or start > mine[-1]["end"] + RESUME_GAP:  # the records name a GPU's model, not its machine
                 mine.append({"gpu": gpu, "start": start, "end": end, "runs": []})
             mine[-1]["end"] = max(mine[-1]["end"], end)
             mine[-1]["runs"] += [run] if run else []
@@ -369,12 +373,11 @@ def gpu_time(runs: list[dict]) -> list[str]:
     if not stretches:
         return []
     lines = ["## GPU time of the MuJoCo v4 rows", "",
-             "Each line is a stretch of one GPU's wall time with at least one MuJoCo v4 run of the records above on "
-             "it: the union of the runs' segments (each starts at its run folder's time stamp and lasts its recorded "
-             f"seconds), a gap under {RESUME_GAP // 60} minutes (a stop and its resume) counted in. Not in it: the "
-             "machine's start, tests run beside, runs that left no record. A seed counts in the stretch of its last "
-             "segment. The goal: td3's and sac's 40 seeds at 1M steps in 30 minutes or less of one H200, with "
-             "`--num-seeds`.", "",
+             "Each line is a stretch of wall time with at least one MuJoCo v4 run of the records above on a GPU of "
+             "that model: the union of the runs' segments (each from its run folder's time stamp for its recorded "
+             f"seconds), a gap of up to {RESUME_GAP // 60} minutes (a stop and its resume) counted in. Not in it: "
+             "the machine's start, each process's own start before its run folder exists, tests run beside, runs "
+             "that left no record. A seed counts in the stretch of its last segment.", "",
              "| start (UTC) | GPU | minutes | seeds finished | seeds stopped | runs |", "|---|---|---:|---:|---:|---|"]
     for stretch in sorted(stretches, key=lambda s: s["start"]):
         start = datetime.datetime.fromtimestamp(stretch["start"], datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")

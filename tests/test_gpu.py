@@ -125,18 +125,22 @@ def test_a_device_that_fills_up_mid_run_ends_it_in_one_line_and_keeps_it(tmp_pat
     """A real out-of-memory error from the allocator, mid-run: at step 1,500 (after the periodic checkpoint at
     1,000) the run may hold no more than it holds, down to its last small block, as when a second run beside it has
     taken the rest of the GPU (the limit is this process's, set_per_process_memory_fraction: taking the GPU itself
-    would starve the GPU tests running beside this one). TD3's first update at 2,000 must then allocate (gradients,
-    Adam's state; in the compiled path, its compile and capture). One line naming the flags that size the run,
-    exit 2, a summary, the checkpoint."""
+    would starve the GPU tests running beside this one). The run's next allocation fails: eager's in the next
+    step's action, the compiled path's in its first update at 2,000 (its captured action allocates nothing). One
+    line naming the flags that size the run, exit 2, a summary, the checkpoint."""
+    import gc
+
     from algos import td3
     from turborl.cli import cli
     from turborl.logger import RunLogger
 
-    progress, taken = RunLogger.progress, []
+    progress, taken, filled = RunLogger.progress, [], []
 
     def fill_the_device(logger, step):
         progress(logger, step)
-        if step >= 1500 and not taken:
+        if step >= 1500 and not filled:
+            filled.append(step)
+            gc.collect()  # nothing freed later may give the run room again
             torch.cuda.empty_cache()
             total = torch.cuda.get_device_properties(0).total_memory
             torch.cuda.set_per_process_memory_fraction(min(1.0, (torch.cuda.memory_reserved() + 2**20) / total))
@@ -148,6 +152,7 @@ def test_a_device_that_fills_up_mid_run_ends_it_in_one_line_and_keeps_it(tmp_pat
                     size //= 2
 
     monkeypatch.setattr(RunLogger, "progress", fill_the_device)
+    torch._dynamo.reset()  # a fresh compile: dynamo's recompile limit is per code object (tests.helpers.run_main)
     try:
         with pytest.raises(SystemExit) as exit_info:
             cli(td3.main, td3.Args, ["--env-id", "Pendulum-v1", "--total-timesteps", "3000", "--learning-starts",
@@ -157,7 +162,7 @@ def test_a_device_that_fills_up_mid_run_ends_it_in_one_line_and_keeps_it(tmp_pat
         taken.clear()
         torch.cuda.set_per_process_memory_fraction(1.0)
         torch.cuda.empty_cache()
-    assert exit_info.value.code == 2
+    assert filled == [1500] and exit_info.value.code == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert lines == ["error: the device ran out of memory; lower --num-envs or --buffer-size or --batch-size (the "
                      "run folder keeps the metrics and the last periodic checkpoint)"]

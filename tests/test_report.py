@@ -114,8 +114,14 @@ def test_num_seeds_runs_the_seeds_tasks_alone_with_that_many_seeds_under_their_o
     [(task, _, _)] = benchmark.plan(args, cuda=True)  # td3 (HalfCheetah-v5) has no seeds axis: not run
     assert task.label == "td3-seeds20" and task.flags[task.flags.index("--num-seeds"):][:2] == ("--num-seeds", "20")
     assert task.flags.count("--num-seeds") == 1
-    for bad in (dict(num_seeds=-1), dict(num_seeds=5, processes=5), dict(num_seeds=5, suite="learning")):
-        with pytest.raises(SystemExit, match="--num-seeds must be >= 1"):
+    args = benchmark.Args(labels=["td3-seeds10"], paths=["eager"], num_seeds=5, variant="async",
+                          extra_flags="--async-envs")
+    [(task, _, _)] = benchmark.plan(args, cuda=True)  # a variant keeps its name beside the seeds
+    assert task.label == "td3-seeds5-async" and task.flags[-1] == "--async-envs"
+    with pytest.raises(SystemExit, match="--num-seeds must be >= 1, or 0"):
+        benchmark.main(benchmark.Args(num_seeds=-1))
+    for bad in (dict(num_seeds=5, processes=5), dict(num_seeds=5, suite="learning")):
+        with pytest.raises(SystemExit, match="--num-seeds is for the speed suite, without --processes"):
             benchmark.main(benchmark.Args(**bad))
 
 
@@ -148,8 +154,8 @@ def test_parity_report_passes_fails_and_lists_what_is_not_run(tmp_path):
     runs += [parity_run("td3", "Ant-v4", 1, 10.0)]  # a model card: compared on the final policy's evaluation (12.0)
     # Their segments on the GPU: td3's 5 seeds in one process from t = 1,000,000 s for 900 s; sac's from 600 s later,
     # stopped at 900 s and resumed 100 s later (one stretch, 1,600 s); td3 Ant 301 s after that (a stretch of its own).
-    def segment(run, start, seconds):
-        name = f"{run['env_id']}__{run['algo']}__{run['seed']}__{start}"
+    def segment(run, start, seconds):  # seed 5 started in the same second as another run: its folder is `...-2`
+        name = f"{run['env_id']}__{run['algo']}__{run['seed']}__{start}" + ("-2" if run["seed"] == 5 else "")
         return {"run_dir": f"runs/long/x/{name}", "wall_seconds": seconds}
 
     for run in runs[:5]:
