@@ -230,6 +230,16 @@ def run_one(task: Task, path: str, seed: int, scale: float, timeout: float, proc
     }
 
 
+def with_num_seeds(task: Task, num_seeds: int, variant: str) -> Task:
+    """The task under `variant` with `num_seeds` seeds in its process: its --num-seeds set, or for one seed gone (the
+    script's default, the command a single run has)."""
+    flags = list(task.flags)
+    if "--num-seeds" in flags:
+        at = flags.index("--num-seeds")
+        flags[at:at + 2] = ["--num-seeds", str(num_seeds)] if num_seeds > 1 else []
+    return replace(task, variant=variant, flags=tuple(flags))
+
+
 def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
     unknown = sorted(set(args.algos) - set(ALGORITHMS))
     if unknown:
@@ -247,15 +257,10 @@ def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
         if args.num_seeds:
             if "--num-seeds" not in task.flags:
                 continue
-            flags = list(task.flags)
-            flags[flags.index("--num-seeds") + 1] = str(args.num_seeds)
-            task = replace(task, variant="-".join(filter(None, (f"seeds{args.num_seeds}", args.variant))),
-                           flags=tuple(flags))
-        if args.processes > 1:  # one seed per process: the task's --num-seeds (flag and value) goes
-            flags = list(task.flags)
-            if "--num-seeds" in flags:
-                del flags[flags.index("--num-seeds"):flags.index("--num-seeds") + 2]
-            task = replace(task, variant=f"procs{args.processes}", flags=tuple(flags))
+            variant = "-".join(filter(None, (f"seeds{args.num_seeds}", args.variant)))
+            task = with_num_seeds(task, args.num_seeds, variant)
+        if args.processes > 1:  # one seed per process
+            task = with_num_seeds(task, 1, f"procs{args.processes}")
         for path in paths:
             if task.compile_only and "--compile" not in PATH_FLAGS[path]:
                 continue
