@@ -116,7 +116,7 @@ def main(args: Args) -> dict:
                     backend=args.env_backend, device=str(device))
     obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
     capacity = args.buffer_size
-    check_fits(capacity, n_seeds * 4 * (2 * obs_dim + 4), device, "the replay memory", "--buffer-size")
+    check_fits(capacity, 4 * (2 * obs_dim + 4), device, "the replay memory", "--buffer-size", n_seeds)
     logger = SeedLoggers(args, "dqn", args.total_timesteps, device, run_root=args.runs_dir)
 
     # ALGO LOGIC: networks, replay memory and schedule, all on the device and updated in place

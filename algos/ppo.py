@@ -77,7 +77,12 @@ class Args(RunArgs):
     normalize: bool | None = None
     """normalize observations and rewards with running statistics (default: off discrete, on continuous)"""
     async_envs: bool | None = None
-    """step envs in subprocesses (default: on when there are several envs of a costly simulator)"""
+    """step envs in subprocesses (default: on when there are several envs of a costly simulator and --env-threads
+    is 1)"""
+    env_threads: int = 1
+    """threads that step the envs (every seed's), each its share of them, while the rollout waits: MuJoCo lets go of
+    Python's lock while it simulates, so a costly simulator's envs step side by side (0: one per env, at most one
+    per CPU core; 1: in the loop's thread)"""
     num_seeds: int = 1
     """independent runs trained together, seeds --seed to --seed + N - 1: each has its own envs (--num-envs),
     agent, normalization statistics and run folder; one batched kernel serves all N"""
@@ -173,7 +178,7 @@ def resolve_defaults(args: Args) -> bool:
         if getattr(args, name) is None:
             setattr(args, name, value)
     if args.async_envs is None:
-        args.async_envs = args.num_envs > 1 and not is_cheap(args.env_id)
+        args.async_envs = args.num_envs > 1 and not is_cheap(args.env_id) and args.env_threads == 1
     check_ppo_args(args)
     check_num_seeds(args)
     return discrete
@@ -196,7 +201,8 @@ def main(args: Args) -> dict:
     seed_everything(args.seed)
     n_seeds, n_envs, num_steps = args.num_seeds, args.num_envs, args.num_steps
     envs = make_env(args.env_id, n_seeds * n_envs, args.seed, algo="PPO", capture_video=args.capture_video,
-                    video_dir=os.path.join(args.runs_dir, "videos"), asynchronous=args.async_envs)
+                    video_dir=os.path.join(args.runs_dir, "videos"), asynchronous=args.async_envs,
+                    threads=args.env_threads)
     obs_space, space = envs.single_observation_space, envs.single_action_space
     check(isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1,
           f"PPO here takes flat Box observations but {args.env_id} has {obs_space}; pick e.g. CartPole-v1")

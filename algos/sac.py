@@ -71,6 +71,10 @@ class Args(RunArgs):
     async_envs: bool = False
     """step the envs (every seed's) in subprocesses, one each, while the main process waits: for --num-seeds runs
     of a costly simulator on a machine with cores to spare"""
+    env_threads: int = 1
+    """threads that step the envs (every seed's), each its share of them, while the loop waits: MuJoCo lets go of
+    Python's lock while it simulates, so a costly simulator's envs step side by side (0: one per env, at most one
+    per CPU core; 1: in the loop's thread)"""
 
 
 LOG_STD_MAX, LOG_STD_MIN = 2.0, -5.0
@@ -170,11 +174,12 @@ def main(args: Args) -> dict:
     n_seeds, n_envs = args.num_seeds, args.num_envs
     envs = make_env(args.env_id, n_seeds * n_envs, args.seed, action="continuous", algo="SAC",
                     capture_video=args.capture_video, video_dir=os.path.join(args.runs_dir, "videos"),
-                    asynchronous=args.async_envs, backend=args.env_backend, device=str(device))
+                    asynchronous=args.async_envs, threads=args.env_threads, backend=args.env_backend,
+                    device=str(device))
     obs_dim, action_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
     low, high = envs.single_action_space.low, envs.single_action_space.high
     capacity = args.buffer_size
-    check_fits(capacity, n_seeds * 4 * (2 * obs_dim + action_dim + 2), device, "the replay memory", "--buffer-size")
+    check_fits(capacity, 4 * (2 * obs_dim + action_dim + 2), device, "the replay memory", "--buffer-size", n_seeds)
     logger = SeedLoggers(args, "sac", args.total_timesteps, device, run_root=args.runs_dir)
 
     # ALGO LOGIC: networks, optimizers, the temperature and the replay memory, on the device, updated in place

@@ -16,12 +16,11 @@ FRAMES = (4, 84, 84)  # the stacked observation: 4 grayscale 84x84 frames
 
 
 def check_atari_args(args) -> None:
-    """The flags every Atari script shares: --num-envs (two groups), --env-threads, and what Atari cannot do."""
+    """The flags every Atari script shares: --num-envs (two groups), and what Atari cannot do."""
     check(args.env_backend == "gymnasium", "Atari runs on ale-py's C++ vector env (CPU); leave out --env-backend")
     check(not args.capture_video, "--capture-video is not supported for Atari here; evaluate with ale-py instead")
     check(args.num_envs > 0 and args.num_envs % 2 == 0,
           f"--num-envs must be even and positive: two groups of games take turns (got {args.num_envs})")
-    check(args.env_threads >= 0, f"--env-threads must be >= 0 (got {args.env_threads})")
 
 
 def ale_rom(env_id: str) -> str | None:

@@ -118,7 +118,7 @@ def load_optimizer(optimizer: torch.optim.Optimizer, state: dict) -> None:
 # Flags that change how a run executes or reports, not what it computes: free to differ on --resume.
 FREE_ON_RESUME = {"cuda", "compile", "cudagraphs", "max_autotune", "inductor", "fused_optimizer", "log_every",
                   "save_model", "checkpoint_every", "resume", "runs_dir", "track", "wandb_project", "wandb_entity",
-                  "capture_video", "async_envs", "threads"}
+                  "capture_video", "async_envs", "env_threads", "threads"}
 
 
 def script_of(args) -> str:

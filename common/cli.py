@@ -169,6 +169,14 @@ def check_run_args(args: RunArgs) -> None:
     check(not getattr(args, "async_envs", False) or args.env_backend == "gymnasium",
           "--async-envs steps gymnasium envs in subprocesses; device envs (--env-backend torch or mjwarp) step on "
           "the device: leave it out")
+    env_threads = getattr(args, "env_threads", 1)
+    check(env_threads >= 0, f"--env-threads must be >= 0 (got {env_threads})")
+    check(env_threads == 1 or args.env_backend == "gymnasium",
+          "--env-threads steps gymnasium envs in threads; device envs (--env-backend torch or mjwarp) step on the "
+          "device: leave it out")
+    check(env_threads == 1 or not getattr(args, "async_envs", False),
+          "--env-threads and --async-envs are two ways to step the envs side by side (threads of this process or "
+          "subprocesses): pick one")
     inductor_options(args)  # --max-autotune / --inductor: checked here, before anything is built
     if args.resume:  # a checkpoint of another script or other flags fails here, before a run folder exists
         load_checkpoint(args.resume, args, mmap=True)
@@ -217,11 +225,12 @@ def check_pqn_args(args) -> None:
           f"--exploration-fraction must be in (0, 1] (got {args.exploration_fraction})")
 
 
-def check_fits(items: int, bytes_per_item: int, device: torch.device, what: str, flag: str) -> None:
-    """One line instead of an out-of-memory crash when `items` of `bytes_per_item`, which a run allocates at its
-    start (a replay memory), exceed the memory available on `device` now; it names a value of `flag` (the flag
-    that sets `items`) that fits. On a CPU the allocation itself would succeed (pages are committed as they are
-    first written) and the run would be killed hours later, as the buffer fills."""
+def check_fits(items: int, bytes_per_item: int, device: torch.device, what: str, flag: str,
+               num_seeds: int = 1) -> None:
+    """One line instead of an out-of-memory crash when `items` of `bytes_per_item` for each of `num_seeds` seeds,
+    which a run allocates at its start (a replay memory), exceed the memory available on `device` now; it names a
+    value of `flag` (the flag that sets `items`) that fits. On a CPU the allocation itself would succeed (pages are
+    committed as they are first written) and the run would be killed hours later, as the buffer fills."""
     if device.type == "cuda":
         available = torch.cuda.mem_get_info(device)[0]
     else:
@@ -230,10 +239,12 @@ def check_fits(items: int, bytes_per_item: int, device: torch.device, what: str,
                 available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
         except (OSError, StopIteration, ValueError):
             return
-    nbytes = items * bytes_per_item
-    check(nbytes <= available, f"{what} ({flag} {items}) needs {nbytes / 2**30:.1f} GiB but the {device.type} "
-                               f"device has {available / 2**30:.1f} GiB available; lower {flag} to "
-                               f"{int(0.9 * available) // bytes_per_item} or less")
+    nbytes = items * bytes_per_item * num_seeds
+    seeds = f" for each of {num_seeds} seeds" if num_seeds > 1 else ""
+    check(nbytes <= available, f"{what} ({flag} {items}{seeds}) needs {nbytes / 2**30:.1f} GiB but the "
+                               f"{device.type} device has {available / 2**30:.1f} GiB available; lower {flag} to "
+                               f"{int(0.9 * available) // (bytes_per_item * num_seeds)} or less"
+                               + (" or lower --num-seeds" if num_seeds > 1 else ""))
 
 
 def pick_device(cuda: bool) -> torch.device:

@@ -3,8 +3,11 @@ to the device and the action back: common/link.py.)"""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Literal
 
 import gymnasium as gym
@@ -26,6 +29,7 @@ def make_env(
     capture_video: bool = False,
     video_dir: str | None = None,
     asynchronous: bool = False,
+    threads: int = 1,
     backend: str = "gymnasium",
     device: str | None = None,
     mask_velocity: bool = False,
@@ -36,7 +40,9 @@ def make_env(
     puts the last observation of the finished one in `info["final_obs"]` (see `final_observations`), so no
     stored transition ever crosses an episode boundary. `backend="torch"`: the torch implementation of a
     classic-control env (common/torch_envs.py) on `device`, taking and returning tensors there;
-    `mask_velocity` leaves the velocities out of its observations.
+    `mask_velocity` leaves the velocities out of its observations. `asynchronous`: each env steps in a subprocess
+    of its own; `threads` > 1: that many threads step the envs in the run's process, each its own share of them
+    (0: one per env, at most one per CPU core).
     """
     if num_envs < 1:
         raise UserError(f"--num-envs must be >= 1 (got {num_envs})")
@@ -61,7 +67,8 @@ def make_env(
 
         return make
 
-    vector_cls = gym.vector.AsyncVectorEnv if asynchronous else EpisodeStatsSyncVectorEnv
+    threads = threads or min(num_envs, os.cpu_count() or 1)
+    vector_cls = gym.vector.AsyncVectorEnv if asynchronous else partial(EpisodeStatsSyncVectorEnv, threads=threads)
     # Env subprocesses ignore Ctrl-C (inherited at start): a terminal sends it to all of them, and the run's
     # own process must stop where an iteration ends, with its envs still alive.
     in_main_thread = threading.current_thread() is threading.main_thread()
@@ -88,31 +95,49 @@ class EpisodeStatsSyncVectorEnv(gym.vector.SyncVectorEnv):
     info ("r", "l" and the mask "_episode") kept in the same loop: the same answers step for step
     (tests/test_common.py), with one wrapper layer less and no per-step dispatch on the spaces. On a one-env
     CartPole loop those two layers were most of the host's time per step (scripts/host_step_speed.py). The three
-    arrays of rewards and episode ends it returns, like the observations, are valid until the next step."""
+    arrays of rewards and episode ends it returns, like the observations, are valid until the next step.
+    `threads` > 1 steps the envs in that many threads: MuJoCo lets go of Python's lock (the GIL) while it
+    simulates, so the envs of a costly simulator step side by side, with the same answers."""
 
-    def __init__(self, env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, copy: bool = False):
+    def __init__(self, env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, copy: bool = False,
+                 threads: int = 1):
         assert autoreset_mode == gym.vector.AutoresetMode.SAME_STEP and not copy, "what step() implements"
         super().__init__(env_fns, copy=False, autoreset_mode=autoreset_mode)
+        # One share of the envs per thread. The caller's thread steps the first share itself: env 0, the one that
+        # records videos, renders in the thread that made it (a GL context belongs to one thread).
+        self._shares = np.array_split(np.arange(self.num_envs), min(threads, self.num_envs))
+        self._pool = ThreadPoolExecutor(len(self._shares) - 1) if len(self._shares) > 1 else None
         self.episode_returns = np.zeros(self.num_envs)
         self.episode_lengths = np.zeros(self.num_envs, dtype=np.int64)
         self._stack = isinstance(self.single_observation_space, gym.spaces.Box)  # else gymnasium's concatenate
+
+    def __getstate__(self):  # a checkpoint pickles the envs; threads do not pickle and are made again on loading
+        return {key: value for key, value in self.__dict__.items() if key != "_pool"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._shares = state.get("_shares", [np.arange(self.num_envs)])  # saved before --env-threads: one share
+        self._pool = ThreadPoolExecutor(len(self._shares) - 1) if len(self._shares) > 1 else None
 
     def reset(self, *, seed=None, options=None):
         self.episode_returns[:], self.episode_lengths[:] = 0.0, 0
         return super().reset(seed=seed, options=options)
 
     def step(self, actions):
+        if self._pool is None:
+            stepped = self._step_envs(range(self.num_envs), actions)
+        else:
+            pending = [self._pool.submit(self._step_envs, envs, actions) for envs in self._shares[1:]]
+            stepped = self._step_envs(self._shares[0], actions)
+            for share in pending:
+                stepped += share.result()
         infos, ended = {}, []
-        for i, env in enumerate(self.envs):
-            obs, reward, terminated, truncated, info = env.step(actions[i])
-            self._rewards[i], self._terminations[i], self._truncations[i] = reward, terminated, truncated
-            if terminated or truncated:
-                infos = self._add_info(infos, {"final_obs": obs, "final_info": info}, i)
-                obs, info = env.reset()
+        for i, (final, info) in enumerate(stepped):
+            if final is not None:
+                infos = self._add_info(infos, final, i)
                 ended.append(i)
             if info:
                 infos = self._add_info(infos, info, i)
-            self._env_obs[i] = obs
         if self._stack:
             np.stack(self._env_obs, out=self._observations)
         else:
@@ -128,6 +153,26 @@ class EpisodeStatsSyncVectorEnv(gym.vector.SyncVectorEnv):
             infos["_episode"] = done
             self.episode_returns[done], self.episode_lengths[done] = 0.0, 0
         return self._observations, self._rewards, self._terminations, self._truncations, infos
+
+    def _step_envs(self, indices, actions) -> list[tuple[dict | None, dict]]:
+        """Step the envs at `indices`, writing their answers in place; per env, the step that ended an episode
+        ({"final_obs", "final_info"}, else None) and the info of the observation it leaves."""
+        stepped = []
+        for i in indices:
+            obs, reward, terminated, truncated, info = self.envs[i].step(actions[i])
+            self._rewards[i], self._terminations[i], self._truncations[i] = reward, terminated, truncated
+            final = None
+            if terminated or truncated:
+                final = {"final_obs": obs, "final_info": info}
+                obs, info = self.envs[i].reset()
+            self._env_obs[i] = obs
+            stepped.append((final, info))
+        return stepped
+
+    def close_extras(self, **kwargs):
+        if self._pool is not None:
+            self._pool.shutdown()
+        super().close_extras(**kwargs)
 
 
 def _torch_env_class(env_id: str):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
+import errno
 import io
 import json
 import math
@@ -75,7 +77,14 @@ class RunLogger:
             write_json(os.path.join(self.dir, "args.json"), {**self.args, "device": str(device)})
             self._csv_file = open(self._csv_path, "w", newline="")
         except OSError as err:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            with contextlib.suppress(OSError):  # what the folder may hold, by name: shutil.rmtree needs a free file
+                for name in ("args.json", "metrics.csv"):  # descriptor, and EMFILE says there is none
+                    if os.path.exists(os.path.join(self.dir, name)):
+                        os.remove(os.path.join(self.dir, name))
+                os.rmdir(self.dir)
+            if err.errno == errno.EMFILE:  # --num-seeds: each seed's run keeps its metrics file open
+                raise UserError(f"cannot open {self._csv_path}: too many open files; lower --num-seeds or raise "
+                                "the limit (ulimit -n)") from None
             raise UserError(f"cannot write into {self.dir} ({err.strerror}); pass a writable --runs-dir") from None
         self._csv_size = 0  # bytes of whole rows written: a failed write is cut back to this
         self._write_rows([["step", "seconds", "name", "value"]])
@@ -296,8 +305,9 @@ def start_wandb(args, run_name: str, config: dict, run_dir: str):
         print(f"wandb: no account configured (wandb login): logging offline into {run_dir}/wandb; "
               "upload later with `wandb sync`", file=sys.stderr)
     try:
+        # create_new: a --num-seeds run holds one wandb run per seed, each logged through its own object
         return wandb.init(project=args.wandb_project, entity=args.wandb_entity, name=run_name, config=config,
-                          dir=run_dir, mode=mode)
+                          dir=run_dir, mode=mode, reinit="create_new")
     except Exception as err:
         first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise UserError(f"--track: wandb could not start ({first_line}); set WANDB_MODE=offline to log "

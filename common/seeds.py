@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import shutil
 from collections.abc import Callable
 
 import torch
@@ -85,6 +86,9 @@ def check_num_seeds(args) -> None:
     check(args.num_seeds == 1 or args.env_backend == "gymnasium",
           f"--num-seeds {args.num_seeds} runs on gymnasium envs (--env-backend gymnasium); the device envs batch "
           "thousands of envs in one run already")
+    last = args.seed + args.num_seeds - 1
+    check(last < 2**32, f"--seed {args.seed} --num-seeds {args.num_seeds} ends at seed {last}; seeds must be below "
+                        f"2**32: lower --seed to {2**32 - args.num_seeds} or less")
 
 
 class SeedLoggers:
@@ -101,9 +105,11 @@ class SeedLoggers:
                 first = self.loggers[0] if self.loggers else None
                 self.loggers.append(RunLogger(seed_args, algo, total_steps, device, run_root=run_root,
                                               quiet=first is not None, stop=first.stop if first else None))
-        except BaseException:
+        except BaseException:  # a run that never started leaves no folder
             for logger in reversed(self.loggers):
-                logger.close()
+                logger.close()  # first, all: their open files are what another seed may have lacked
+            for logger in self.loggers:
+                shutil.rmtree(logger.dir, ignore_errors=True)
             raise
         self.dir, self.stop = self.loggers[0].dir, self.loggers[0].stop
 

@@ -29,6 +29,7 @@ import math
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -179,7 +180,7 @@ def run_one(task: Task, path: str, seed: int, scale: float, timeout: float, proc
     record = {"algo": task.label, "env_id": task.env_id, "path": path, "seed": seed, "steps": steps,
               "command": shlex.join(["python", f"algos/{task.script}.py", *flags]),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    runs = []  # (runs folder, measurements, stderr) of each process
+    runs = []  # (runs folder, process, stderr file) of each process
     for i in range(processes):
         runs_dir = tempfile.mkdtemp(prefix="turborl-bench-")
         own = [str(seed + i) if j and flags[j - 1] == "--seed" else flag for j, flag in enumerate(flags)]
@@ -187,6 +188,20 @@ def run_one(task: Task, path: str, seed: int, scale: float, timeout: float, proc
                    "--", *own, "--runs-dir", runs_dir]
         stderr = open(os.path.join(runs_dir, "stderr.log"), "w+")
         runs.append((runs_dir, subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr), stderr))
+    try:
+        return measure_runs(record, runs, timeout, processes)
+    finally:  # the run folders are read into the record: none is left behind, whatever happened
+        for runs_dir, proc, stderr in runs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            stderr.close()
+            shutil.rmtree(runs_dir, ignore_errors=True)
+
+
+def measure_runs(record: dict, runs: list, timeout: float, processes: int) -> dict:
+    """`record` completed from the processes of `runs` (runs folder, process, stderr file) once they end."""
+    seed = record["seed"]
     start, errors = time.perf_counter(), []
     for runs_dir, proc, stderr in runs:
         try:
@@ -199,14 +214,13 @@ def run_one(task: Task, path: str, seed: int, scale: float, timeout: float, proc
         except subprocess.TimeoutExpired:
             proc.kill()
             errors.append(f"timeout after {timeout:.0f}s")
-        stderr.close()
     record["wall_seconds"] = time.perf_counter() - start
     if errors:
         return {**record, "status": "failed", "error": errors[0]}
     results = [json.load(open(os.path.join(runs_dir, "measure.json"))) for runs_dir, _, _ in runs]
     result = results[0]
     sps = sum(r["steady_sps"] for r in results) if all(r["steady_sps"] for r in results) else None
-    metrics_csv = sorted(glob.glob(os.path.join(runs[0][0], "*", "metrics.csv")))[0]  # the first process's first seed
+    metrics_csv = os.path.join(result["summary"]["run_dir"], "metrics.csv")  # the first process's first seed
     if processes > 1:
         record.update(processes=processes, seeds=[seed + i for i in range(processes)],
                       steady_sps_per_process=[r["steady_sps"] for r in results],
@@ -298,6 +312,13 @@ def main(args: Args) -> None:
     os.makedirs(out, exist_ok=True)
     info = machine()
     runs = plan(args, cuda)
+    if not runs:
+        seeds_tasks = sorted({task.label for algorithm in ALGORITHMS.values() for task in algorithm.speed
+                              if "--num-seeds" in task.flags})
+        why = (" (the seeds tasks, " + ", ".join(seeds_tasks) + ")" if args.num_seeds else "") + (
+            "; the ones that match need CUDA" if not cuda and plan(args, True) else "")
+        raise SystemExit(f"error: no task of the {args.suite} suite matches the selection{why}: see "
+                         "scripts/registry.py for the tasks and their labels")
     jobs = min(args.jobs, max(1, len(runs)))
 
     def measured(run: tuple[Task, str, int]) -> dict:

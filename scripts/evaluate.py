@@ -12,6 +12,7 @@ An Atari run (algos/ppo_atari.py, pqn_atari.py) plays whole games, across lost l
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -101,10 +102,18 @@ def policy_path(path: str) -> str:
     if os.path.isdir(path):
         found = sorted(name for name in os.listdir(path) if name.endswith(".pt2"))
         if not found:
+            runs = sorted(d for d in glob.glob(os.path.join(path, "*", "")) if glob.glob(os.path.join(d, "*.pt2")))
+            check(not runs, f"{path} is a folder of runs: pass the folder of one saved run, e.g. "
+                            f"{os.path.normpath(runs[0]) if runs else ''}")
+            saved_args = os.path.join(path, "args.json")
+            check(os.path.exists(saved_args), f"{path} holds no exported policy and is not a run folder: pass a run's "
+                                              "folder, its .pt2 or its checkpoint")
             parts = os.path.basename(os.path.normpath(path)).split("__")  # {env}__{script}__{seed}__{time}
+            one_seed = json.load(open(saved_args)).get("num_seeds", 1) == 1  # else --seed would start other seeds
             again = (f"python algos/{parts[1]}.py --env-id {parts[0]} --seed {parts[2]} --save-model (and the run's "
-                     "other flags, in its args.json)" if len(parts) == 4 else "the run again with --save-model")
-            raise UserError(f"{path} holds 0 exported policies: the run was not saved; train with {again}")
+                     f"other flags, in its args.json)" if len(parts) == 4 and one_seed else
+                     f"--save-model (and the run's flags, in {saved_args})")
+            raise UserError(f"{path} holds 0 exported policies: the run was not saved; train it again with {again}")
         check(len(found) == 1, f"{path} holds {len(found)} exported policies ({', '.join(found)}): pass the .pt2 "
                                "to evaluate")
         return os.path.join(path, found[0])

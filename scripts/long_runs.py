@@ -20,8 +20,10 @@ a batch axis), and each of its seeds still gets its own JSON, read from its own 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime
 import glob
+import importlib
 import json
 import math
 import os
@@ -69,7 +71,8 @@ class Args:
     """env steps between periodic checkpoints (the run resumes from the last one if a stop fails)"""
     num_seeds: int = 1
     """seeds per process: consecutive seeds of a task go together, up to this many, into one run of the script's
-    --num-seeds (td3, sac, dqn and ppo have it)"""
+    --num-seeds (td3, sac, dqn and ppo have it; the others run a seed per process). The seeds of a stopped process
+    resume together, as many as it had"""
     extra_flags: str = ""
     """flags added to every run, e.g. `--extra-flags=--async-envs` (the `=` keeps a single flag from reading as one of
     ours); each record's command has them. This launcher's own (--save-model, --checkpoint-every, --runs-dir,
@@ -83,6 +86,19 @@ def target(args: Args, task: Task, seed: int) -> str:
 def flags_of(args: Args, task: Task, seed: int, num_seeds: int = 1) -> list[str]:
     return ["--env-id", task.env_id, "--seed", str(seed), *(["--num-seeds", str(num_seeds)] if num_seeds > 1 else []),
             "--total-timesteps", str(task.steps), *PATH_FLAGS[args.path], *task.flags, *shlex.split(args.extra_flags)]
+
+
+def takes_num_seeds(script: str) -> bool:
+    """Whether the script has --num-seeds (td3, sac, dqn, ppo); the others run one seed per process."""
+    return "num_seeds" in {f.name for f in dataclasses.fields(importlib.import_module(f"algos.{script}").Args)}
+
+
+def resume_point(path: str) -> str | None:
+    """The checkpoint that a run's next segment resumes from (its record's last), if it is still on this machine;
+    the seeds of one process share it."""
+    segments = json.load(open(path))["segments"] if os.path.exists(path) else []
+    checkpoint = segments[-1]["checkpoint"] if segments else None
+    return checkpoint if checkpoint and os.path.exists(os.path.join(ROOT, checkpoint)) else None
 
 
 def newest_run(runs_dir: str, seed: int) -> str | None:
@@ -237,6 +253,11 @@ def main(args: Args) -> None:
     info = machine()
     pending = []  # (task, seeds, paths): one process each
     for task in tasks:
+        per_process = args.num_seeds if takes_num_seeds(task.script) else 1
+        # The seeds of a stopped process resume together from its checkpoint, whatever this call's --num-seeds.
+        recorded = [int(path.rsplit("__s", 1)[1].removesuffix(".json")) for path in glob.glob(target(args, task, "*"))]
+        resumes_from = {seed: resume_point(target(args, task, seed)) for seed in recorded}
+        resumed = set()
         for seed in sorted(set(args.seeds or range(1, task.seeds + 1)) | named):
             path = target(args, task, seed)
             if not wanted(task, seed) or (os.path.exists(path) and json.load(open(path)).get("status") == "ok"):
@@ -244,8 +265,16 @@ def main(args: Args) -> None:
             if task.cuda_only and not info.get("gpu"):
                 print(f"{os.path.basename(path)}: needs CUDA; skipped")
                 continue
+            checkpoint = resumes_from.get(seed)
+            if checkpoint:
+                if checkpoint not in resumed:
+                    resumed.add(checkpoint)
+                    group = sorted(other for other, point in resumes_from.items() if point == checkpoint)
+                    pending.append((task, group, [target(args, task, other) for other in group]))
+                continue
             last = pending[-1] if pending else None
-            if last and last[0] is task and len(last[1]) < args.num_seeds and last[1][-1] == seed - 1:
+            if (last and last[0] is task and len(last[1]) < per_process and last[1][-1] == seed - 1
+                    and not resumes_from.get(last[1][0])):
                 last[1].append(seed)
                 last[2].append(path)
             else:

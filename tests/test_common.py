@@ -117,16 +117,23 @@ def test_normalization_is_gymnasiums_normalize_observation_and_reward(enabled):
         assert normalization.obs_rms.count < 1  # untouched
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "MountainCar-v0", "Pendulum-v1"])
-def test_our_vector_env_answers_as_gymnasiums_with_episode_statistics(env_id):
+def test_our_vector_env_answers_as_gymnasiums_with_episode_statistics(env_id, threads):
     """make_env's vector env against gymnasium's SyncVectorEnv (same-step autoreset) wrapped in its
     RecordEpisodeStatistics, step for step: terminations (CartPole), time limits (MountainCar, Pendulum), Box
-    actions (Pendulum)."""
+    actions (Pendulum); with 2 threads (--env-threads), envs 0-1 step in the caller's thread and env 2 in
+    another."""
+    import threading
+
     import gymnasium as gym
 
     factories = [lambda: gym.make(env_id) for _ in range(3)]
-    ours = make_env(env_id, 3, seed=5)
+    ours = make_env(env_id, 3, seed=5, threads=threads)
     assert isinstance(ours, EpisodeStatsSyncVectorEnv)
+    stepped_in = [set() for _ in ours.envs]
+    for env, threads_seen in zip(ours.envs, stepped_in, strict=True):
+        env.step = lambda action, step=env.step, seen=threads_seen: seen.add(threading.get_ident()) or step(action)
     theirs = gym.wrappers.vector.RecordEpisodeStatistics(
         gym.vector.SyncVectorEnv(factories, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP))
     np.testing.assert_array_equal(ours.reset(seed=5)[0], theirs.reset(seed=5)[0])
@@ -143,6 +150,50 @@ def test_our_vector_env_answers_as_gymnasiums_with_episode_statistics(env_id):
         assert finished_episodes(mine[4]) == finished_episodes(gyms[4])
         ended += len(finished_episodes(gyms[4]))
     assert ended >= 6  # episodes ended in every env: the comparison crossed autoresets
+    caller = {threading.get_ident()}
+    assert stepped_in[0] == stepped_in[1] == caller
+    assert (stepped_in[2] == caller) if threads == 1 else (len(stepped_in[2]) == 1 and stepped_in[2] != caller)
+    ours.close()
+
+
+def test_threaded_envs_pickle_for_a_checkpoint_and_go_on_as_they_were():
+    """A checkpoint pickles classic-control envs whole: the thread pool is made again on loading, and the loaded
+    envs step on from where the saved ones were."""
+    import pickle
+    import threading
+
+    import cloudpickle
+
+    envs = make_env("CartPole-v1", 3, seed=1, threads=2)
+    envs.reset(seed=1)
+    for _ in range(30):
+        envs.step(np.array([0, 1, 1]))
+    loaded = pickle.loads(cloudpickle.dumps(envs))
+    stepped_in = set()
+    env_step = loaded.envs[2].step
+    loaded.envs[2].step = lambda action: stepped_in.add(threading.get_ident()) or env_step(action)
+    rng, ended = np.random.default_rng(0), 0
+    for _ in range(200):
+        actions = rng.integers(0, 2, 3)
+        saved_run, loaded_run = envs.step(actions), loaded.step(actions)
+        for a, b in zip(saved_run[:4], loaded_run[:4], strict=True):
+            np.testing.assert_array_equal(a, b)
+        ended += len(finished_episodes(loaded_run[4]))
+    assert ended > 3 and len(stepped_in) == 1 and threading.get_ident() not in stepped_in
+    envs.close(), loaded.close()
+
+
+def test_vector_env_speed_measures_each_way_of_stepping(tmp_path):
+    from scripts import vector_env_speed
+
+    out = tmp_path / "speed.json"
+    vector_env_speed.main(vector_env_speed.Args(env_ids=["Pendulum-v1"], num_envs=[2], seconds=0.2, out=str(out)))
+    rows = json.load(open(out))["rows"]
+    assert [(row["env_id"], row["num_envs"], row["mode"]) for row in rows] == [
+        ("Pendulum-v1", 2, "sync"), ("Pendulum-v1", 2, "async"), ("Pendulum-v1", 2, "threads")]
+    assert all(row["env_steps_per_second"] > 0 for row in rows)
+    with pytest.raises(SystemExit, match="--modes processes: choose from sync, async, threads"):
+        vector_env_speed.main(vector_env_speed.Args(modes=["sync", "processes"]))
 
 
 def test_seeded_envs_repeat():

@@ -138,7 +138,9 @@ def test_evaluate_missing_or_corrupt_policy_is_one_clear_line(tmp_path, content,
 
 
 def test_track_works_offline_with_no_account_and_a_failed_start_leaves_no_run_folder(tmp_path):
-    flags = ["--track", "--total-timesteps", "600", "--learning-starts", "300", "--runs-dir", str(tmp_path / "a")]
+    """Two seeds (--num-seeds 2), each its own wandb run in its own run folder."""
+    flags = ["--track", "--total-timesteps", "600", "--learning-starts", "300", "--num-seeds", "2", "--runs-dir",
+             str(tmp_path / "a")]
     try:
         import wandb  # noqa: F401
     except ImportError:
@@ -150,8 +152,12 @@ def test_track_works_offline_with_no_account_and_a_failed_start_leaves_no_run_fo
     result = subprocess.run([sys.executable, os.path.join(ROOT, "algos", "dqn.py"), *flags], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=1200, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
-    run_dir = run_dir_of(tmp_path / "a")
-    assert glob.glob(os.path.join(run_dir, "wandb", "offline-run-*")) and metric(run_dir, "episodic_return")
+    run_dirs = sorted(glob.glob(str(tmp_path / "a" / "CartPole-v1__dqn__*")))
+    assert [os.path.basename(d).split("__")[2] for d in run_dirs] == ["1", "2"]
+    for run_dir in run_dirs:
+        (wandb_run,) = glob.glob(os.path.join(run_dir, "wandb", "offline-run-*"))
+        assert os.path.getsize(glob.glob(os.path.join(wandb_run, "*.wandb"))[0]) > 0
+        assert metric(run_dir, "episodic_return")
     env["WANDB_MODE"] = "no-such-mode"
     flags[-1] = str(tmp_path / "b")
     result = subprocess.run([sys.executable, os.path.join(ROOT, "algos", "dqn.py"), *flags], cwd=ROOT, env=env,
@@ -266,7 +272,7 @@ def test_evaluate_takes_a_run_folder_and_refuses_an_env_the_policy_does_not_fit(
     assert_user_error(evaluate(run_dir, "--env-id", "Breakout-v5"),  # an Atari game: evaluated on stacked frames
                       "does not take Atari's stacked frames", "--env-id CartPole-v1")
     assert_user_error(evaluate(run_dir, "--env-id", "Cartpole-v5"), "cannot make 'Cartpole-v5'")  # a typo
-    assert_user_error(evaluate(str(tmp_path)), "holds 0 exported policies")
+    assert_user_error(evaluate(str(tmp_path)), "is a folder of runs: pass the folder of one saved run", run_dir)
     unsaved = run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--seed", "3",
                          "--runs-dir", str(tmp_path / "unsaved"))  # the Quickstart's run: no --save-model
     assert unsaved.returncode == 0, unsaved.stderr[-2000:]

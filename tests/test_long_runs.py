@@ -68,11 +68,12 @@ def test_seeds_share_a_process_and_each_gets_its_own_record(tmp_path, monkeypatc
     assert records[1]["curve"] != records[2]["curve"]
 
 
-def test_a_segment_whose_call_was_killed_is_found_and_resumed(tmp_path, monkeypatch):
+def test_a_segment_whose_call_was_killed_is_found_and_resumed(tmp_path, monkeypatch, capsys):
     """A call killed while its runs stopped (the machine's time ran out) never wrote their JSONs: the next call
     finds the newest checkpoint in the run's folders and resumes from it, not from the last recorded one. Here two
     seeds share a process (--num-seeds 2): they resume together from the checkpoint in the first seed's folder (a
-    run of one seed is the first seed's case)."""
+    run of one seed is the first seed's case), although the next call asks for seeds 1 and 3, three to a process:
+    seed 2 comes with seed 1, and seed 3 starts in a process of its own."""
     num_seeds = 2
     task = Task("dqn", "CartPole-v1", steps=8_000, eager_steps=8_000, flags=TASK.flags)
     monkeypatch.setattr(long_runs, "ALGORITHMS", {"dqn": Algorithm("dqn", parity=(task,))})
@@ -101,10 +102,28 @@ def test_a_segment_whose_call_was_killed_is_found_and_resumed(tmp_path, monkeypa
         (tmp_path / "out" / f"dqn__CartPole-v1__eager__s{seed}.json").write_text(json.dumps(record))
     killed = run_until_a_checkpoint(signal.SIGKILL, "--resume", summaries[0]["checkpoint"])  # no summary, no JSON
 
-    long_runs.main(args)
+    long_runs.main(long_runs.Args(**{**vars(args), "seeds": [1, 3], "num_seeds": 3}))
+
+    assert "3 runs in 2 processes" in capsys.readouterr().out
+    third = json.load(open(tmp_path / "out" / "dqn__CartPole-v1__eager__s3.json"))
+    assert third["status"] == "ok" and len(third["segments"]) == 1 and "--num-seeds" not in third["command"]
 
     for seed, dead, summary in zip(seeds, killed, summaries, strict=True):
         record = json.load(open(tmp_path / "out" / f"dqn__CartPole-v1__eager__s{seed}.json"))
         assert record["status"] == "ok" and record["reached"] == 8_000 and len(record["segments"]) == 3
         assert record["segments"][1]["run_dir"] == os.path.relpath(dead, long_runs.ROOT)
         assert record["segments"][1]["steps"] > summary["steps"]
+
+
+def test_seeds_share_a_process_only_in_scripts_that_have_num_seeds(tmp_path, monkeypatch, capsys):
+    task = Task("pqn", "CartPole-v1", steps=1536, eager_steps=1536, flags=("--num-steps", "64", "--log-every", "1"))
+    monkeypatch.setattr(long_runs, "ALGORITHMS", {"pqn": Algorithm("pqn", parity=(task,))})
+    assert [long_runs.takes_num_seeds(script) for script in ("td3", "sac", "dqn", "ppo", "pqn")] == [True] * 4 + [False]
+
+    long_runs.main(long_runs.Args(seeds=[1, 2], num_seeds=2, path="eager", out=str(tmp_path / "out"),
+                                  runs_dir=str(tmp_path / "runs")))
+
+    assert "2 runs in 2 processes" in capsys.readouterr().out
+    for seed in (1, 2):
+        record = json.load(open(tmp_path / "out" / f"pqn__CartPole-v1__eager__s{seed}.json"))
+        assert record["status"] == "ok" and "--num-seeds" not in record["command"]

@@ -5,6 +5,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -38,6 +39,23 @@ def test_the_peer_of_a_seeds_task_runs_one_seed_per_process_at_once(tmp_path, mo
     assert record["floor_us_per_step"] is None  # one process's replay alone is no floor for processes that share
     with pytest.raises(SystemExit, match="--processes"):
         benchmark.main(benchmark.Args(suite="learning", processes=2, out=str(tmp_path)))
+
+
+def test_a_seeds_record_reads_its_first_seed_and_leaves_no_run_folder(tmp_path, monkeypatch):
+    """Ten seeds in one process: the return, the episodes and the curve all come from the first seed's folder (the
+    tenth's sorts first by name), and the temporary run folders are gone once the record is written."""
+    task = benchmark.Task("dqn", "CartPole-v1", 20_000, 20_000, 500, variant="seeds10", flags=("--num-seeds", "10"))
+    monkeypatch.setattr(benchmark, "ALGORITHMS", {"dqn": benchmark.ALGORITHMS["dqn"].__class__("dqn", speed=(task,))})
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    os.makedirs(tmp_path / "tmp")
+    benchmark.main(benchmark.Args(labels=["dqn-seeds10"], paths=["eager"], scale=0.05, out=str(tmp_path / "out")))
+    record = json.load(open(tmp_path / "out" / "dqn-seeds10__CartPole-v1__eager__s1.json"))
+    assert record["status"] == "ok", record.get("error")
+    assert len(record["curve"]["returns"]) == record["episodes"] > 0
+    assert record["final_return"] == pytest.approx(statistics.mean(record["curve"]["returns"][-20:]))
+    assert os.listdir(tmp_path / "tmp") == []
+    with pytest.raises(SystemExit, match="no task of the speed suite matches the selection .the seeds tasks, "):
+        benchmark.main(benchmark.Args(labels=["dqn"], num_seeds=3, out=str(tmp_path / "out")))
 
 
 def test_learning_suite_runs_jobs_side_by_side_and_records_it(tmp_path):

@@ -6,13 +6,16 @@ import csv
 import glob
 import json
 import os
+import subprocess
+import sys
+import threading
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from tests.helpers import metric, run_main, run_script
+from tests.helpers import ROOT, assert_user_error, metric, run_main, run_script
 from tests.test_dqn import FAST as DQN_FAST
 from turborl import envs as turborl_envs
 
@@ -60,14 +63,21 @@ def test_a_seed_logs_the_same_whatever_the_other_seeds_do(tmp_path, monkeypatch,
     assert records(a1) != records(b1)  # seed 1 did see other episodes: the comparison above means something
 
 
-def test_envs_in_subprocesses_give_the_same_runs(tmp_path, monkeypatch):
-    """--async-envs moves where the envs step, not what they do: every seed logs what it logs with them in-process."""
+@pytest.mark.parametrize("flags", [["--async-envs"], ["--env-threads", "2"]], ids=["subprocesses", "threads"])
+def test_envs_stepped_side_by_side_give_the_same_runs(tmp_path, monkeypatch, flags):
+    """--async-envs and --env-threads move where the envs step, not what they do: every seed logs what it logs with
+    its envs stepped one after another in the loop's thread."""
     run_main("td3", FLAGS, str(tmp_path / "sync"))
-    made, async_vector_env = [], gym.vector.AsyncVectorEnv
-    monkeypatch.setattr(gym.vector, "AsyncVectorEnv", lambda *a, **k: made.append(k) or async_vector_env(*a, **k))
-    run_main("td3", [*FLAGS, "--async-envs"], str(tmp_path / "async"))
-    assert len(made) == 1  # the run's envs did step in subprocesses
-    runs = [[records(d) for d in seed_folders(tmp_path / kind, "td3")] for kind in ("sync", "async")]
+    stepped_in, async_vector_env = set(), gym.vector.AsyncVectorEnv
+    step_envs = turborl_envs.EpisodeStatsSyncVectorEnv._step_envs
+    monkeypatch.setattr(gym.vector, "AsyncVectorEnv",
+                        lambda *a, **k: stepped_in.add("subprocesses") or async_vector_env(*a, **k))
+    monkeypatch.setattr(turborl_envs.EpisodeStatsSyncVectorEnv, "_step_envs",
+                        lambda self, *a: stepped_in.add(threading.get_ident()) or step_envs(self, *a))
+    run_main("td3", [*FLAGS, *flags], str(tmp_path / "side_by_side"))
+    # the run's envs did step in subprocesses, or in two threads: one share of the envs each
+    assert stepped_in == {"subprocesses"} if flags == ["--async-envs"] else len(stepped_in) == 2
+    runs = [[records(d) for d in seed_folders(tmp_path / kind, "td3")] for kind in ("sync", "side_by_side")]
     assert len(runs[0]) == 2 and runs[0] == runs[1]
     assert {"qf_loss", "episodic_return"} <= {name for _, name, _ in runs[0][1]}
 
@@ -139,3 +149,15 @@ def test_every_seed_learns(tmp_path, script):
             assert np.mean(returns[-20:]) >= 195, (run_dir, returns[-20:])
         else:
             assert np.mean(returns[-10:]) >= -400, (run_dir, returns[-10:])
+
+
+def test_more_seeds_than_open_files_allow_is_one_line_and_leaves_no_run_folder(tmp_path):
+    """Each seed's run keeps its metrics file open: past the process's limit on open files, the run does not start,
+    says what to lower, and removes the folders of the seeds it had made."""
+    limited = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128)); "
+               "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", limited, os.path.join(ROOT, "algos", "dqn.py"), "--num-seeds", "200",
+                             "--total-timesteps", "1500", "--learning-starts", "500", "--no-cuda",
+                             "--runs-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert_user_error(result, "too many open files", "lower --num-seeds", "ulimit -n")
+    assert os.listdir(tmp_path) == []

@@ -1,0 +1,81 @@
+"""Env-only throughput of the three ways algos/td3.py, sac.py and ppo.py can step their gymnasium envs, with random
+actions: one after another in the loop's thread (the default), in subprocesses (--async-envs) and in threads of
+the run's process (--env-threads 0: one per env, at most one per CPU core). Each is make_env's vector env, as the
+scripts build it; the rate bounds the host side of a --num-seeds run at that number of envs.
+
+    python scripts/vector_env_speed.py --num-envs 1 5 10 20 --out results/experiments/vector-envs/h200.json
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from scripts.benchmark import save_record  # noqa: E402
+from turborl.envs import make_env  # noqa: E402
+
+MODES = {"sync": {}, "async": {"asynchronous": True}, "threads": {"threads": 0}}  # make_env's arguments
+
+
+@dataclass
+class Args:
+    env_ids: list[str] = field(default_factory=lambda: ["Hopper-v4", "HalfCheetah-v4", "Walker2d-v4", "Ant-v4"])
+    """gymnasium ids (the parity suite's MuJoCo v4 tasks)"""
+    num_envs: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
+    """vector sizes to measure (a --num-seeds N run with one env per seed steps N)"""
+    modes: list[str] = field(default_factory=lambda: list(MODES))
+    """`sync`, `async`, `threads`: measured one after the other at each size"""
+    seconds: float = 3.0
+    """timed seconds per measurement (after 50 warm-up steps)"""
+    out: str | None = None
+    """JSON output"""
+
+
+def env_steps_per_second(env_id: str, num_envs: int, mode: str, seconds: float) -> float:
+    envs = make_env(env_id, num_envs, seed=1, **MODES[mode])
+    actions = np.random.default_rng(0).uniform(envs.action_space.low, envs.action_space.high,
+                                               (256, *envs.action_space.shape)).astype(envs.action_space.dtype)
+    envs.reset(seed=1)
+    for step in range(50):
+        envs.step(actions[step % 256])
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        envs.step(actions[steps % 256])
+        steps += 1
+    rate = steps * num_envs / (time.perf_counter() - start)
+    envs.close()
+    return rate
+
+
+def main(args: Args) -> None:
+    unknown = sorted(set(args.modes) - set(MODES))
+    if unknown:
+        raise SystemExit(f"error: --modes {' '.join(unknown)}: choose from {', '.join(MODES)}")
+    warnings.filterwarnings("ignore", message=".*is out of date.*")  # the v4 tasks are CleanRL's: measured as such
+    rows = []
+    for env_id in args.env_ids:
+        for num_envs in args.num_envs:
+            for mode in args.modes:
+                rate = env_steps_per_second(env_id, num_envs, mode, args.seconds)
+                rows.append({"env_id": env_id, "num_envs": num_envs, "mode": mode, "env_steps_per_second": rate})
+                print(f"{env_id:15s} {num_envs:3d} envs {mode:8s} {rate:9,.0f} env steps/s", flush=True)
+    print(f"\n| env | envs | {' | '.join(args.modes)} |\n|---|---:|{'---:|' * len(args.modes)}")
+    for env_id in args.env_ids:
+        for num_envs in args.num_envs:
+            rates = {row["mode"]: row["env_steps_per_second"] for row in rows
+                     if row["env_id"] == env_id and row["num_envs"] == num_envs}
+            print(f"| {env_id} | {num_envs} | {' | '.join(f'{rates[mode]:,.0f}' for mode in args.modes)} |")
+    save_record(args.out, {"seconds": args.seconds, "rows": rows})
+
+
+if __name__ == "__main__":
+    import tyro
+
+    main(tyro.cli(Args, description=__doc__.split("\n\n")[0]))
