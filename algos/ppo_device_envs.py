@@ -222,7 +222,7 @@ def resolve_defaults(args: Args) -> bool:
     for name, value in (DISCRETE_DEFAULTS if discrete else CONTINUOUS_DEFAULTS).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    check_ppo_args(args)
+    check_ppo_args(args, ranks=int(os.environ.get("WORLD_SIZE", "1")))
     check(args.hidden_size > 0, f"--hidden-size must be positive (got {args.hidden_size})")
     return discrete
 

@@ -69,7 +69,8 @@ class Checkpoints:
             **{key: module.state_dict() for key, module in self.modules.items()},
             "script": script_of(self.args), "args": dataclasses.asdict(self.args),
             "global_step": counters["global_step"],
-            "replay": {key: tensor[:size].cpu() for key, tensor in self.replay.items()},
+            # a copy of the rows written: a view (.cpu() of a CPU tensor is one) would save the whole memory
+            "replay": {key: tensor[:size].to("cpu", copy=True) for key, tensor in self.replay.items()},
             "resume": {"counters": counters, "link": link.state_dict() if link else None, "rng": rng_state(),
                        "envs": env_state(envs),
                        "tensors": {key: tensor.detach().cpu() for key, tensor in self.tensors.items()}}}

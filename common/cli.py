@@ -61,25 +61,28 @@ class RunArgs:
     resume: str | None = None
     """continue the run saved in this checkpoint (written with --save-model), same flags"""
     env_backend: str = "gymnasium"
-    """gymnasium (CPU simulators) or torch (classic control on the device: common/torch_envs.py)"""
+    """gymnasium (CPU simulators), torch (classic control on the device: common/torch_envs.py) or mjwarp (MuJoCo
+    Warp's locomotion tasks on the device: common/mjwarp_envs.py)"""
     threads: int = 1
     """CPU threads of torch's kernels: networks this small gain little from more, and a run whose threads share
     cores with another process slows tenfold; raise it for big batches on an otherwise idle CPU"""
 
 
 class GracefulStop:
-    """Ctrl-C and a non-finite loss end the training loop at the end of an iteration, where the run's state is
-    whole: its checkpoint resumes like any other. A second Ctrl-C quits at once, without a final checkpoint
-    (the last periodic one stays). `reason`: None while the run goes on, else what the loop stops for."""
+    """Ctrl-C, SIGTERM (kill, timeout, a job scheduler's stop) and a non-finite loss end the training loop at the
+    end of an iteration, where the run's state is whole: its checkpoint resumes like any other. A second signal
+    quits at once, without a final checkpoint (the last periodic one stays). `reason`: None while the run goes on,
+    else what the loop stops for."""
 
     EXIT_CODES = {"interrupted": 130, "stopped": 3}
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self.reason: str | None = None
         self.message = ""
-        self._previous = None
+        self._previous = {}
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._on_interrupt)
+            self._previous = {signum: signal.signal(signum, self._on_signal) for signum in self.SIGNALS}
 
     @property
     def requested(self) -> bool:
@@ -89,18 +92,19 @@ class GracefulStop:
         if self.reason is None:
             self.reason, self.message = reason, message
 
-    def _on_interrupt(self, signum, frame) -> None:
+    def _on_signal(self, signum, frame) -> None:
         if self.reason == "interrupted":
             raise KeyboardInterrupt
         self.request("interrupted", "interrupted")
-        print("\nstopping at the end of this iteration (Ctrl-C again: quit now, without a final checkpoint)",
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        print(f"\n{name}: stopping at the end of this iteration (again: quit now, without a final checkpoint)",
               file=sys.stderr, flush=True)
 
     def restore(self) -> None:
-        """Give Ctrl-C back to Python (after the loop)."""
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        """Give the signals back to Python (after the loop)."""
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
 
 
 # The flags that size what a run holds on its device, named when it runs out of memory.
@@ -182,9 +186,10 @@ def check_run_args(args: RunArgs) -> None:
         load_checkpoint(args.resume, args, mmap=True)
 
 
-def check_ppo_args(args, whole_sequences: bool = False) -> None:
+def check_ppo_args(args, whole_sequences: bool = False, ranks: int = 1) -> None:
     """The checks of the hyperparameters every PPO script has. Minibatches split the rollout's num-envs x
-    num-steps samples, or with `whole_sequences` its envs (a recurrent policy trains on whole env sequences)."""
+    num-steps samples, or with `whole_sequences` its envs (a recurrent policy trains on whole env sequences).
+    `ranks`: torchrun's processes, each with its own envs; --total-timesteps counts the steps of all."""
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):
         check(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive (got {getattr(args, name)})")
     check(args.learning_rate > 0, f"--learning-rate must be positive (got {args.learning_rate})")
@@ -200,11 +205,13 @@ def check_ppo_args(args, whole_sequences: bool = False) -> None:
     check(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1] (got {args.gae_lambda})")
     check(args.clip_coef > 0 and args.max_grad_norm > 0, "--clip-coef and --max-grad-norm must be positive")
     check(args.ent_coef >= 0 and args.vf_coef >= 0, "--ent-coef and --vf-coef must be >= 0")
-    check(args.total_timesteps >= batch,
-          f"--total-timesteps {args.total_timesteps} is less than one rollout (num-envs x num-steps = {batch})")
-    if args.total_timesteps % batch:  # CleanRL's rounding: whole rollouts only
-        print(f"note: --total-timesteps {args.total_timesteps} runs as {args.total_timesteps // batch * batch} steps, "
-              f"whole rollouts of num-envs x num-steps = {batch}", file=sys.stderr)
+    rollout = batch * ranks
+    shape = f"num-envs x num-steps{f' x {ranks} ranks' if ranks > 1 else ''} = {rollout}"
+    check(args.total_timesteps >= rollout,
+          f"--total-timesteps {args.total_timesteps} is less than one rollout ({shape}): raise it to {rollout} or more")
+    if args.total_timesteps % rollout:  # CleanRL's rounding: whole rollouts only
+        print(f"note: --total-timesteps {args.total_timesteps} runs as {args.total_timesteps // rollout * rollout} "
+              f"steps, whole rollouts of {shape}", file=sys.stderr)
 
 
 def check_pqn_args(args) -> None:

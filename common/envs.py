@@ -69,10 +69,11 @@ def make_env(
 
     threads = threads or min(num_envs, os.cpu_count() or 1)
     vector_cls = gym.vector.AsyncVectorEnv if asynchronous else partial(EpisodeStatsSyncVectorEnv, threads=threads)
-    # Env subprocesses ignore Ctrl-C (inherited at start): a terminal sends it to all of them, and the run's
-    # own process must stop where an iteration ends, with its envs still alive.
+    # Env subprocesses ignore Ctrl-C and SIGTERM (inherited at start): a terminal or a job scheduler sends them to
+    # all of them, and the run's own process must stop where an iteration ends, with its envs still alive.
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if asynchronous and in_main_thread else None
+    stops = (signal.SIGINT, signal.SIGTERM) if asynchronous and in_main_thread else ()
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in stops}
     try:
         # copy=False: the observations a step returns are the env's own buffer, valid until the next step;
         # every script copies them out at once (EnvLink.send), so a defensive copy per step buys nothing.
@@ -80,8 +81,8 @@ def make_env(
     except gym.error.DependencyNotInstalled as err:
         raise missing_extra(env_id, err) from None
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     _check_action_space(envs, env_id, action, algo)
     if asynchronous:
         envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)

@@ -10,6 +10,7 @@ import io
 import json
 import math
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -236,12 +237,26 @@ class RunLogger:
             ret = summary["mean_return_last20"]
             line = (f"{self._step} steps in {summary['wall_seconds']:.1f}s ({summary['sps']:.0f} steps/s), "
                     f"return(last 20) {ret:.1f}" if ret == ret else "no episode ended")
-            resume = f"; continue with --resume {checkpoint}" if checkpoint and summary["status"] != "done" else ""
+            resume = (f"; continue with: {resume_command(checkpoint)}" if checkpoint and summary["status"] != "done"
+                      else "")
             print({"done": "done: ", "interrupted": "interrupted at ", "stopped": "stopped at "}[summary["status"]]
                   + f"{line}; run folder {self.dir}{resume}", file=sys.stderr)
             if summary["status"] == "stopped":
                 print(f"error: {self.stop.message}", file=sys.stderr)
         return summary
+
+
+def resume_command(checkpoint: str) -> str:
+    """This process's command with `--resume checkpoint` in place of any --resume it had: the run's own flags,
+    which a resume must repeat."""
+    argv, kept = sys.argv[1:], []
+    while argv:
+        flag = argv.pop(0)
+        if flag == "--resume" and argv:
+            argv.pop(0)
+        elif not flag.startswith("--resume="):
+            kept.append(flag)
+    return shlex.join(["python", sys.argv[0], *kept, "--resume", checkpoint])
 
 
 def make_run_dir(root: str, name: str) -> str:

@@ -54,7 +54,8 @@ class Args:
     algos: list[str] = field(default_factory=lambda: list(ALGORITHMS))
     """scripts to run (names in scripts/registry.py)"""
     paths: list[str] | None = None
-    """paths to run (default: all four for speed; compile+cudagraphs and eager for learning)"""
+    """paths to run (default: the four paths and the reduce-overhead peer for speed; compile+cudagraphs and eager
+    for learning)"""
     envs: list[str] = field(default_factory=list)
     """only these env ids (empty: each task's default)"""
     labels: list[str] = field(default_factory=list)

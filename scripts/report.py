@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import glob
+import importlib
 import json
 import os
 import re
@@ -574,8 +575,16 @@ if __name__ == "__main__":
     import tyro
 
     cli_args = tyro.cli(Args, description=__doc__.split("\n\n")[0])
+    cli_args.plots = cli_args.plots and not cli_args.check
+    missing = []
+    for name in ("rliable", "matplotlib")[:1 + cli_args.plots]:  # the [report] extra
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        sys.exit(f"error: the report needs {' and '.join(missing)}: pip install -e '.[report]'")
     if cli_args.check:
-        cli_args.plots = False
         differing = stale(report(cli_args))
         for path in differing:
             print(f"error: {os.path.relpath(path)} is not what python scripts/report.py generates from the records "

@@ -101,3 +101,12 @@ CASES = [
 def test_bad_input_is_one_clear_line_and_no_run_folder(tmp_path, script, flags, words):
     assert_user_error(run_script(script, *flags, "--runs-dir", str(tmp_path)), *words)
     assert not list(tmp_path.iterdir())  # a run that never started leaves no folder
+
+
+def test_a_budget_below_one_rollout_of_every_rank_is_one_clear_line(tmp_path):
+    """Under torchrun (WORLD_SIZE), --total-timesteps counts the steps of all ranks: 2 ranks of 8 envs x 16 steps
+    make a rollout of 256. The check comes before the ranks join their process group."""
+    result = run_script("ppo_device_envs", "--num-envs", "8", "--num-steps", "16", "--total-timesteps", "200",
+                        "--runs-dir", str(tmp_path), env={"WORLD_SIZE": "2"})
+    assert_user_error(result, "less than one rollout (num-envs x num-steps x 2 ranks = 256)", "raise it to 256")
+    assert not list(tmp_path.iterdir())

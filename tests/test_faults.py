@@ -6,6 +6,7 @@ import io
 import json
 import os
 import resource
+import shlex
 import signal
 import subprocess
 import sys
@@ -39,21 +40,26 @@ def test_nan_loss_stops_cleanly_and_keeps_metrics_and_a_checkpoint_that_resumes(
     assert result.returncode == 3 and "Traceback" not in result.stderr, result.stderr[-2000:]
 
 
-def test_ctrl_c_mid_rollout_stops_at_the_iteration_end_with_a_checkpoint_that_resumes(tmp_path):
-    """PPO with long rollouts (2048 steps) and subprocess envs; Ctrl-C lands inside a rollout."""
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_mid_rollout_stops_at_the_iteration_end_with_a_checkpoint_that_resumes(tmp_path, stop):
+    """PPO with long rollouts (2048 steps) and subprocess envs; Ctrl-C, or the SIGTERM of kill, timeout or a job
+    scheduler, lands inside a rollout. It goes to the whole process group, as a terminal and a scheduler send it:
+    the env subprocesses ignore it and step on until the run's last iteration ends."""
     flags = ["--env-id", "Acrobot-v1", "--num-envs", "2", "--async-envs", "True", "--num-steps", "2048",
              "--total-timesteps", str(10 * 2 * 2048)]
     process = subprocess.Popen([sys.executable, os.path.join(ROOT, "algos", "ppo.py"), *flags, "--save-model",
                                 "--runs-dir", str(tmp_path / "a")],
-                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
     deadline = time.time() + 1200  # a guard only: the signal waits for the first metrics row
     while time.time() < deadline and process.poll() is None and not metric_rows(tmp_path / "a", "learning_rate"):
         time.sleep(0.2)
     time.sleep(0.5)
-    process.send_signal(signal.SIGINT)
+    os.killpg(process.pid, stop)
     _, stderr = process.communicate(timeout=600)
     assert process.returncode == 130, stderr[-2000:]
     assert "Traceback" not in stderr and "interrupted at" in stderr and "done:" not in stderr
+    assert ("Ctrl-C: stopping" if stop == signal.SIGINT else "SIGTERM: stopping") in stderr
     run_dir = run_dir_of(tmp_path / "a")
     checkpoint = os.path.join(run_dir, "ppo.pt")
     saved = torch.load(checkpoint, weights_only=False)
@@ -62,6 +68,8 @@ def test_ctrl_c_mid_rollout_stops_at_the_iteration_end_with_a_checkpoint_that_re
     assert saved["global_step"] % (2 * 2048) == 0 and saved["global_step"] >= 2 * 2048
     summary = read_json(os.path.join(run_dir, "summary.json"))
     assert summary["status"] == "interrupted" and summary["checkpoint"] == checkpoint
+    assert "continue with: " + shlex.join(["python", os.path.join(ROOT, "algos", "ppo.py"), *flags, "--save-model",
+                                          "--runs-dir", str(tmp_path / "a"), "--resume", checkpoint]) in stderr
     before = open(checkpoint, "rb").read()
     assert saved["global_step"] < 10 * 2 * 2048
     result = run_script("ppo", *flags, "--resume", checkpoint, "--save-model", "--runs-dir", str(tmp_path / "b"))

@@ -258,3 +258,13 @@ def test_nothing_under_results_is_git_ignored():
     checked = subprocess.run(["git", "check-ignore", "--no-index", "--verbose", "--stdin"], cwd=ROOT, text=True,
                              input="\n".join(on_disk + future), capture_output=True)
     assert checked.returncode == 1 and not checked.stdout, f"git ignores under results/:\n{checked.stdout}"
+
+
+def test_the_report_without_its_extra_says_what_to_install(tmp_path):
+    hidden = tmp_path / "rliable"  # first on the path: `import rliable` fails as if it were not installed
+    hidden.mkdir()
+    (hidden / "__init__.py").write_text("raise ImportError(\"No module named 'rliable'\")\n")
+    result = subprocess.run([sys.executable, "scripts/report.py", "--check"], cwd=ROOT, capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)}, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == "error: the report needs rliable: pip install -e '.[report]'"
