@@ -112,12 +112,12 @@ def main(args: Args) -> dict:
     seed_everything(args.seed)
     n_seeds, n_envs = args.num_seeds, args.num_envs
     envs = make_env(args.env_id, n_seeds * n_envs, args.seed, action="discrete", algo="DQN",
-                    capture_video=args.capture_video, video_dir=os.path.join(args.runs_dir, "videos"),
+                    capture_video=args.capture_video,
                     backend=args.env_backend, device=str(device))
     obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
     capacity = args.buffer_size
     check_fits(capacity, 4 * (2 * obs_dim + 4), device, "the replay memory", "--buffer-size", n_seeds)
-    logger = SeedLoggers(args, "dqn", args.total_timesteps, device, run_root=args.runs_dir)
+    logger = SeedLoggers(args, "dqn", args.total_timesteps, device, run_root=args.runs_dir, envs=envs)
 
     # ALGO LOGIC: networks, replay memory and schedule, all on the device and updated in place
     q_network = seeded(args.seed, n_seeds, lambda: (QNetwork(obs_dim, n_actions),))[0].to(device)

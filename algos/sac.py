@@ -173,14 +173,14 @@ def main(args: Args) -> dict:
     seed_everything(args.seed)
     n_seeds, n_envs = args.num_seeds, args.num_envs
     envs = make_env(args.env_id, n_seeds * n_envs, args.seed, action="continuous", algo="SAC",
-                    capture_video=args.capture_video, video_dir=os.path.join(args.runs_dir, "videos"),
+                    capture_video=args.capture_video,
                     asynchronous=args.async_envs, threads=args.env_threads, backend=args.env_backend,
                     device=str(device))
     obs_dim, action_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
     low, high = envs.single_action_space.low, envs.single_action_space.high
     capacity = args.buffer_size
     check_fits(capacity, 4 * (2 * obs_dim + action_dim + 2), device, "the replay memory", "--buffer-size", n_seeds)
-    logger = SeedLoggers(args, "sac", args.total_timesteps, device, run_root=args.runs_dir)
+    logger = SeedLoggers(args, "sac", args.total_timesteps, device, run_root=args.runs_dir, envs=envs)
 
     # ALGO LOGIC: networks, optimizers, the temperature and the replay memory, on the device, updated in place
     actor, qf = (m.to(device) for m in seeded(args.seed, n_seeds, lambda: (

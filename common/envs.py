@@ -3,9 +3,12 @@ to the device and the action back: common/link.py.)"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Literal
@@ -27,7 +30,6 @@ def make_env(
     action: ActionKind = "any",
     algo: str = "this algorithm",
     capture_video: bool = False,
-    video_dir: str | None = None,
     asynchronous: bool = False,
     threads: int = 1,
     backend: str = "gymnasium",
@@ -56,13 +58,15 @@ def make_env(
         return envs
     mode = gym.vector.AutoresetMode.SAME_STEP
     spec = _spec(env_id)
+    # Env 0 records (--capture-video) into a folder of its own until the run folder exists (record_videos_in).
+    staging = os.path.join(tempfile.gettempdir(), f"turborl-videos-{os.getpid()}-{time.time_ns()}")
 
     def thunk(index: int):
         def make():
             kwargs = {"render_mode": "rgb_array"} if capture_video and index == 0 else {}
             env = gym.make(spec, **kwargs)
             if capture_video and index == 0:
-                env = gym.wrappers.RecordVideo(env, video_dir or "videos", disable_logger=True)
+                env = gym.wrappers.RecordVideo(env, staging, disable_logger=True)
             return env
 
         return make
@@ -88,7 +92,19 @@ def make_env(
         envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
     envs.action_space.seed(seed)
     envs.observation_space.seed(seed)
+    envs.video_staging = staging if capture_video else None
     return envs
+
+
+def record_videos_in(envs, folder: str) -> None:
+    """--capture-video: env 0 records into `folder` (the run folder's videos/, made after the envs) from now on;
+    the folder it was made with goes, empty."""
+    if getattr(envs, "video_staging", None) is None:
+        return
+    os.makedirs(folder, exist_ok=True)
+    envs.unwrapped.set_attr("video_folder", folder)  # env 0's RecordVideo; the others get an attribute never read
+    with contextlib.suppress(OSError):
+        os.rmdir(envs.video_staging)
 
 
 class EpisodeStatsSyncVectorEnv(gym.vector.SyncVectorEnv):

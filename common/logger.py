@@ -19,6 +19,7 @@ from collections import deque
 import torch
 
 from .cli import GracefulStop
+from .envs import record_videos_in
 from .errors import UserError
 
 
@@ -64,10 +65,11 @@ class RunLogger:
     - wandb only with `track=True`: offline into the run folder unless an account is configured.
     - `quiet`: files only, no bar and no lines (the seeds after the first of `--num-seeds`); `stop`: a
       GracefulStop to share (theirs is the first seed's).
+    - `envs`: with --capture-video, their recordings go to the run folder's videos/ from now on.
     """
 
     def __init__(self, args, algo: str, total_steps: int, device, run_root: str = "runs",
-                 print_every: float = 10.0, quiet: bool = False, stop: GracefulStop | None = None):
+                 print_every: float = 10.0, quiet: bool = False, stop: GracefulStop | None = None, envs=None):
         env_name = args.env_id.replace("/", "-")  # a namespaced id (ALE/Breakout-v5) names one folder, not two
         self.dir = make_run_dir(run_root, f"{env_name}__{algo}__{args.seed}__{int(time.time())}")
         self.run_name = os.path.basename(self.dir)
@@ -119,6 +121,8 @@ class RunLogger:
                 self.stop.restore()
                 shutil.rmtree(self.dir, ignore_errors=True)  # a run that never started leaves no folder
                 raise
+        if envs is not None:
+            record_videos_in(envs, os.path.join(self.dir, "videos"))
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -128,7 +132,9 @@ class RunLogger:
         self._write(step, [metrics])
         for name, value in metrics.items():
             if name.endswith("loss") and not math.isfinite(value):
-                self.stop.request("stopped", f"{name} became {value} at step {step}; lower the learning rate or "
+                seed = (f" in seed {self.args['seed']} (the seeds of a run stop together)"
+                        if self.args.get("num_seeds", 1) > 1 else "")
+                self.stop.request("stopped", f"{name} became {value} at step {step}{seed}; lower the learning rate or "
                                              f"check the rewards (metrics and, with --save-model, a checkpoint are "
                                              f"in {self.dir})")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import shutil
+import sys
 from collections.abc import Callable
 
 import torch
@@ -97,14 +98,15 @@ class SeedLoggers:
     metric, `log_episodes` the episodes of every seed, each with its seed's index. Seed 0's logger shows the
     progress and owns Ctrl-C (`stop`) for all; `dir` is its folder (the checkpoints of all seeds go there)."""
 
-    def __init__(self, args, algo: str, total_steps: int, device, run_root: str = "runs"):
+    def __init__(self, args, algo: str, total_steps: int, device, run_root: str = "runs", envs=None):
         self.loggers = []
         try:
             for i in range(args.num_seeds):
                 seed_args = dataclasses.replace(args, seed=args.seed + i)
                 first = self.loggers[0] if self.loggers else None
                 self.loggers.append(RunLogger(seed_args, algo, total_steps, device, run_root=run_root,
-                                              quiet=first is not None, stop=first.stop if first else None))
+                                              quiet=first is not None, stop=first.stop if first else None,
+                                              envs=None if first else envs))  # env 0 (seed 0's) records
         except BaseException:  # a run that never started leaves no folder
             for logger in reversed(self.loggers):
                 logger.close()  # first, all: their open files are what another seed may have lacked
@@ -133,4 +135,8 @@ class SeedLoggers:
     def close(self, checkpoint: str | None = None, **extra) -> dict:
         """Every seed's summary.json; returns seed 0's, with the others' under `seeds` (each its own run)."""
         summaries = [logger.close(checkpoint=checkpoint, **extra) for logger in reversed(self.loggers)][::-1]
+        if len(summaries) > 1 and summaries[0]["status"] in ("done", "interrupted"):  # after seed 0's own line
+            returns = ", ".join(f"{summary['mean_return_last20']:.1f}" for summary in summaries)
+            print(f"seeds {self.loggers[0].args['seed']}-{self.loggers[-1].args['seed']}: return(last 20) {returns}; "
+                  f"a run folder each beside {self.dir}", file=sys.stderr)
         return {**summaries[0], "seeds": summaries} if len(summaries) > 1 else summaries[0]

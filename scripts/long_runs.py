@@ -251,7 +251,7 @@ def main(args: Args) -> None:
     named = {int(run.rsplit("/", 1)[1]) for run in args.runs}
     os.makedirs(args.out, exist_ok=True)
     info = machine()
-    pending = []  # (task, seeds, paths): one process each
+    pending, finished = [], 0  # (task, seeds, paths): one process each; the selected runs that are ok already
     for task in tasks:
         per_process = args.num_seeds if takes_num_seeds(task.script) else 1
         # The seeds of a stopped process resume together from its checkpoint, whatever this call's --num-seeds.
@@ -260,7 +260,10 @@ def main(args: Args) -> None:
         resumed = set()
         for seed in sorted(set(args.seeds or range(1, task.seeds + 1)) | named):
             path = target(args, task, seed)
-            if not wanted(task, seed) or (os.path.exists(path) and json.load(open(path)).get("status") == "ok"):
+            if not wanted(task, seed):
+                continue
+            if os.path.exists(path) and json.load(open(path)).get("status") == "ok":
+                finished += 1
                 continue
             if task.cuda_only and not info.get("gpu"):
                 print(f"{os.path.basename(path)}: needs CUDA; skipped")
@@ -281,7 +284,9 @@ def main(args: Args) -> None:
                 pending.append((task, [seed], [path]))
     concurrent = min(args.jobs, len(pending))
     print(f"{sum(len(p[1]) for p in pending)} runs in {len(pending)} processes, {concurrent} side by side"
-          + (f", until {args.deadline:.0f} s" if args.deadline is not None else ""), flush=True)
+          + (f", until {args.deadline:.0f} s" if args.deadline is not None else "")
+          + (f" ({finished} more selected are ok already: their records are in {args.out})" if finished else ""),
+          flush=True)
     start, running, records = time.time(), {}, {}
     stop_at = math.inf if args.deadline is None else args.deadline - args.stop_seconds
     while (pending or running) and time.time() - start < stop_at:

@@ -304,6 +304,24 @@ def test_capture_video_without_moviepy_names_the_same_extra_in_training_and_eval
     assert_user_error(evaluation, "--capture-video", "pip install -e '.[video]'")
 
 
+def test_capture_video_records_into_each_runs_own_folder(tmp_path):
+    """Two runs in one --runs-dir, the second of two seeds: each run's videos are in its (first seed's) run folder,
+    none in a folder the runs share, and the folder env 0 recorded into before the run folder existed is gone."""
+    pytest.importorskip("moviepy")
+    pytest.importorskip("pygame")  # CartPole's rgb_array rendering (gymnasium[classic-control])
+    os.makedirs(tmp_path / "tmp")
+    flags = ["--total-timesteps", "600", "--learning-starts", "300", "--capture-video", "--runs-dir",
+             str(tmp_path / "runs")]
+    for more in ([], ["--num-seeds", "2", "--seed", "5"]):
+        result = run_script("dqn", *flags, *more, env={"TMPDIR": str(tmp_path / "tmp"), "SDL_VIDEODRIVER": "dummy"})
+        assert result.returncode == 0, result.stderr[-2000:]
+    runs = sorted(os.listdir(tmp_path / "runs"), key=lambda name: int(name.split("__")[2]))
+    assert [name.split("__")[2] for name in runs] == ["1", "5", "6"]
+    videos = {name: glob.glob(str(tmp_path / "runs" / name / "videos" / "*.mp4")) for name in runs}
+    assert videos[runs[0]] and videos[runs[1]] and not videos[runs[2]]  # env 0 records: the first seed's
+    assert not glob.glob(str(tmp_path / "tmp" / "turborl-videos-*"))
+
+
 def test_kill_9_while_a_checkpoint_is_written_leaves_the_previous_one_whole(tmp_path):
     """SIGKILL as soon as a checkpoint's temporary file appears (the write under way; if no poll catches one, at
     the first chance after): every checkpoint left loads, and the newest resumes the run to its budget."""

@@ -40,7 +40,7 @@ def test_a_suite_runs_two_seeds_in_one_place_and_records_each(tmp_path, monkeypa
         assert record["eval_return"] is not None and record["eval_return"] > 0
 
     long_runs.main(long_runs.Args(**args))  # both done: nothing to run
-    assert "0 runs" in capsys.readouterr().out
+    assert "0 runs in 0 processes, 0 side by side (2 more selected are ok already" in capsys.readouterr().out
 
 
 def test_seeds_share_a_process_and_each_gets_its_own_record(tmp_path, monkeypatch, capsys):

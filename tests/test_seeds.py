@@ -83,11 +83,11 @@ def test_envs_stepped_side_by_side_give_the_same_runs(tmp_path, monkeypatch, fla
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_each_seed_is_a_run_of_its_own(tmp_path, script):
+def test_each_seed_is_a_run_of_its_own(tmp_path, script, capsys):
     run_main(script, [*FLAGS, "--num-seeds", "3", "--save-model"], str(tmp_path))
     folders = seed_folders(tmp_path, script)
     assert [int(d.rsplit("__", 2)[1]) for d in folders] == [1, 2, 3]
-    losses = []
+    losses, returns = [], []
     for i, run_dir in enumerate(folders):
         with open(os.path.join(run_dir, "args.json")) as f:
             assert json.load(f)["seed"] == 1 + i
@@ -98,7 +98,10 @@ def test_each_seed_is_a_run_of_its_own(tmp_path, script):
         policy = torch.export.load(os.path.join(run_dir, f"{script}.pt2")).module()
         assert policy(torch.zeros(4, 3)).shape == (4, 1)  # seed i's own actor, unstacked
         losses.append(metric(run_dir, "qf_loss"))
+        returns.append(f"{summary['mean_return_last20']:.1f}")
     assert len({tuple(v) for v in losses}) == 3  # three different runs
+    assert (f"seeds 1-3: return(last 20) {', '.join(returns)}; a run folder each beside {folders[0]}"
+            in capsys.readouterr().err)  # the last line names every seed's return, not only the first's
     saved = torch.load(os.path.join(folders[0], f"{script}.pt"), weights_only=False)
     assert saved["actor"]["fc1.weight"].shape == (3, 3, 256) and saved["replay"]["rb_obs"].shape == (599, 3, 3)
 
@@ -161,3 +164,14 @@ def test_more_seeds_than_open_files_allow_is_one_line_and_leaves_no_run_folder(t
                              "--runs-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert_user_error(result, "too many open files", "lower --num-seeds", "ulimit -n")
     assert os.listdir(tmp_path) == []
+
+
+def test_a_nan_loss_names_its_seed_and_stops_the_seeds_together(tmp_path):
+    result = run_script("dqn", "--learning-rate", "inf", "--total-timesteps", "3000", "--learning-starts", "500",
+                        "--log-every", "1", "--num-seeds", "2", "--no-cuda", "--runs-dir", str(tmp_path))
+    assert result.returncode == 3 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: td_loss became nan at step ")
+    assert " in seed 1 (the seeds of a run stop together)" in last
+    folders = seed_folders(tmp_path, "dqn")
+    assert [json.load(open(os.path.join(d, "summary.json")))["status"] for d in folders] == ["stopped", "stopped"]
