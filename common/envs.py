@@ -123,7 +123,7 @@ class EpisodeStatsSyncVectorEnv(gym.vector.SyncVectorEnv):
         # One share of the envs per thread. The caller's thread steps the first share itself: env 0, the one that
         # records videos, renders in the thread that made it (a GL context belongs to one thread).
         self._shares = np.array_split(np.arange(self.num_envs), min(threads, self.num_envs))
-        self._pool = ThreadPoolExecutor(len(self._shares) - 1) if len(self._shares) > 1 else None
+        self._pool = self._threads_beside_the_callers()
         self.episode_returns = np.zeros(self.num_envs)
         self.episode_lengths = np.zeros(self.num_envs, dtype=np.int64)
         self._stack = isinstance(self.single_observation_space, gym.spaces.Box)  # else gymnasium's concatenate
@@ -134,7 +134,11 @@ class EpisodeStatsSyncVectorEnv(gym.vector.SyncVectorEnv):
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._shares = state.get("_shares", [np.arange(self.num_envs)])  # saved before --env-threads: one share
-        self._pool = ThreadPoolExecutor(len(self._shares) - 1) if len(self._shares) > 1 else None
+        self._pool = self._threads_beside_the_callers()
+
+    def _threads_beside_the_callers(self) -> ThreadPoolExecutor | None:
+        """A thread for each share but the first, which the caller's thread steps (None: one share)."""
+        return ThreadPoolExecutor(len(self._shares) - 1) if len(self._shares) > 1 else None
 
     def reset(self, *, seed=None, options=None):
         self.episode_returns[:], self.episode_lengths[:] = 0.0, 0
