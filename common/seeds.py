@@ -136,7 +136,8 @@ class SeedLoggers:
         """Every seed's summary.json; returns seed 0's, with the others' under `seeds` (each its own run)."""
         summaries = [logger.close(checkpoint=checkpoint, **extra) for logger in reversed(self.loggers)][::-1]
         if len(summaries) > 1 and summaries[0]["status"] in ("done", "interrupted"):  # after seed 0's own line
-            returns = ", ".join(f"{summary['mean_return_last20']:.1f}" for summary in summaries)
+            returns = ", ".join(f"{ret:.1f}" if ret == ret else "none ended"  # NaN: no episode ended yet
+                                for ret in (summary["mean_return_last20"] for summary in summaries))
             print(f"seeds {self.loggers[0].args['seed']}-{self.loggers[-1].args['seed']}: return(last 20) {returns}; "
                   f"a run folder each beside {self.dir}", file=sys.stderr)
         return {**summaries[0], "seeds": summaries} if len(summaries) > 1 else summaries[0]

@@ -23,7 +23,7 @@ import re
 import statistics
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -53,9 +53,10 @@ PARITY_START, PARITY_END = "<!-- parity-table:start -->", "<!-- parity-table:end
 
 @dataclass
 class Args:
-    results: str = os.path.join(ROOT, "results")
-    """folder whose subfolders (one per suite) hold the JSON of each run"""
-    readme: str = os.path.join(ROOT, "README.md")
+    results: str = "results"
+    """folder whose subfolders (one per suite) hold the JSON of each run (a relative path is from the repository
+    root, as is --readme's)"""
+    readme: str = "README.md"
     """README whose speed-table block gets the first speed suite's table ("" to leave it alone)"""
     plots: bool = True
     """draw the PNG plots (needs matplotlib); the tables link them either way"""
@@ -492,6 +493,7 @@ def parity_report(folder: str, plots: bool = True) -> str:
 def report(args: Args) -> dict[str, str]:
     """Every generated Markdown file, path -> text: `<results>/README.md`, `<results>/parity/README.md` and the
     README's table blocks. The plots are written here (unless --no-plots); the texts by the caller (`write`)."""
+    args = replace(args, results=os.path.join(ROOT, args.results), readme=args.readme and os.path.join(ROOT, args.readme))
     suites = sorted(d for d in os.listdir(args.results) if glob.glob(os.path.join(args.results, d, "*.json")))
     if not suites and not glob.glob(os.path.join(args.results, "parity", "runs", "*.json")):
         raise SystemExit(f"error: no results under {args.results}; run python scripts/benchmark.py first")

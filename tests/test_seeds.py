@@ -106,6 +106,17 @@ def test_each_seed_is_a_run_of_its_own(tmp_path, script, capsys):
     assert saved["actor"]["fc1.weight"].shape == (3, 3, 256) and saved["replay"]["rb_obs"].shape == (599, 3, 3)
 
 
+def test_the_last_line_says_which_seeds_ended_no_episode(tmp_path, capsys):
+    # Pendulum's episodes are 200 steps: 150 steps end none, 250 end one per seed
+    run_main("td3", [*FLAGS[:2], "--total-timesteps", "150", "--learning-starts", "100", "--num-seeds", "2",
+                     "--no-cuda"], str(tmp_path / "a"))
+    assert "seeds 1-2: return(last 20) none ended, none ended;" in capsys.readouterr().err
+    run_main("td3", [*FLAGS[:2], "--total-timesteps", "250", "--learning-starts", "100", "--num-seeds", "2",
+                     "--no-cuda"], str(tmp_path / "b"))
+    ended = capsys.readouterr().err
+    assert "seeds 1-2: return(last 20) -" in ended and "none ended" not in ended
+
+
 def test_each_ppo_seed_exports_its_own_policy_with_its_own_statistics(tmp_path):
     from algos.ppo import Agent
 
