@@ -4,12 +4,12 @@ device, and whole games (across lost lives) for the log."""
 
 from __future__ import annotations
 
-import os
 import re
 
 import numpy as np
 import torch
 
+from .envs import env_threads
 from .errors import UserError, check
 
 FRAMES = (4, 84, 84)  # the stacked observation: 4 grayscale 84x84 frames
@@ -57,10 +57,11 @@ def make_envs(env_id: str, num_envs: int, threads: int):
                           life_loss_info=True, reward_clipping=False, use_fire_reset=True, autoreset_mode="SameStep")
 
 
-def make_groups(env_id: str, num_envs: int, env_threads: int) -> list:
+def make_groups(env_id: str, num_envs: int, requested: int) -> list:
     """Two groups of num_envs / 2 games: while one group's games step in C++ threads, the policy acts on the
-    device for the other. Each group gets half of `env_threads` (0: one per game, at most one per CPU core)."""
-    threads = max(1, (env_threads or min(num_envs, os.cpu_count() or 1)) // 2)
+    device for the other. Each group gets half of the `requested` threads (0: one per game, at most one per CPU
+    core)."""
+    threads = max(1, env_threads(requested, num_envs) // 2)
     return [make_envs(env_id, num_envs // 2, threads) for _ in range(2)]
 
 

@@ -71,7 +71,7 @@ def make_env(
 
         return make
 
-    threads = threads or min(num_envs, os.cpu_count() or 1)
+    threads = env_threads(threads, num_envs)
     vector_cls = gym.vector.AsyncVectorEnv if asynchronous else partial(EpisodeStatsSyncVectorEnv, threads=threads)
     # Env subprocesses ignore Ctrl-C and SIGTERM (inherited at start): a terminal or a job scheduler sends them to
     # all of them, and the run's own process must stop where an iteration ends, with its envs still alive.
@@ -94,6 +94,11 @@ def make_env(
     envs.observation_space.seed(seed)
     envs.video_staging = staging if capture_video else None
     return envs
+
+
+def env_threads(requested: int, num_envs: int) -> int:
+    """The threads that step `num_envs` envs: `requested`, or for 0 one per env, at most one per CPU core."""
+    return requested or min(num_envs, os.cpu_count() or 1)
 
 
 def record_videos_in(envs, folder: str) -> None:

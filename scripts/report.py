@@ -493,7 +493,8 @@ def parity_report(folder: str, plots: bool = True) -> str:
 def report(args: Args) -> dict[str, str]:
     """Every generated Markdown file, path -> text: `<results>/README.md`, `<results>/parity/README.md` and the
     README's table blocks. The plots are written here (unless --no-plots); the texts by the caller (`write`)."""
-    args = replace(args, results=os.path.join(ROOT, args.results), readme=args.readme and os.path.join(ROOT, args.readme))
+    args = replace(args, results=os.path.join(ROOT, args.results),
+                   readme=args.readme and os.path.join(ROOT, args.readme))
     suites = sorted(d for d in os.listdir(args.results) if glob.glob(os.path.join(args.results, d, "*.json")))
     if not suites and not glob.glob(os.path.join(args.results, "parity", "runs", "*.json")):
         raise SystemExit(f"error: no results under {args.results}; run python scripts/benchmark.py first")
