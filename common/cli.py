@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import random
+import re
 import signal
 import sys
 import threading
@@ -123,13 +125,28 @@ def ran_out_of_memory(err: BaseException | None) -> bool:
     return False
 
 
+def parse(args_type: type[T], argv: list[str] | None = None, description: str = "") -> T:
+    """tyro.cli, with each flag's help one paragraph. tyro (1.0) keeps every line break of a field docstring whose
+    lines are indented, as PEP 257 writes them, so a help text broke mid-sentence: it reads them dedented and joined
+    here (a blank line still starts a paragraph)."""
+    import tyro
+    from tyro import _docstrings
+
+    read = getattr(_docstrings, "parse_docstring_from_object", None)
+    if read is not None and not hasattr(read, "joined"):  # a tyro without it: its own help, unchanged
+        def joined(obj) -> dict[str, str]:
+            return {name: re.sub(r"(?<!\n)\n(?!\n)", " ", inspect.cleandoc(text)) for name, text in read(obj).items()}
+
+        joined.joined = True
+        _docstrings.parse_docstring_from_object = joined
+    return tyro.cli(args_type, args=argv, description=description)
+
+
 def cli(main: Callable[[T], dict | None], args_type: type[T], argv: list[str] | None = None) -> None:
     """Parse `args_type` with tyro and run `main`. One line and an exit code instead of a traceback for user
     errors and a device out of memory (2), a run that stopped itself on a non-finite loss (3) and Ctrl-C (130);
     `main` returns the run's summary, whose `status` says how the loop ended."""
-    import tyro
-
-    args = tyro.cli(args_type, args=argv, description=(sys.modules[main.__module__].__doc__ or "").strip())
+    args = parse(args_type, argv, (sys.modules[main.__module__].__doc__ or "").strip())
     try:
         threads = getattr(args, "threads", 1)  # scripts/evaluate.py's Args have no --threads
         check(threads >= 1, f"--threads must be >= 1 (got {threads})")

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 import torch
-import tyro
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from algos.dqn import Args as DQNArgs  # noqa: E402
 from scripts.benchmark import save_record  # noqa: E402
+from turborl.cli import parse  # noqa: E402
 from turborl.envs import final_observations, make_env, track_episodes  # noqa: E402
 from turborl.link import EnvLink, EnvStep  # noqa: E402
 from turborl.logger import RunLogger  # noqa: E402
@@ -114,4 +114,4 @@ def main(args: Args) -> dict:
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    main(tyro.cli(Args, description=__doc__.split("\n\n")[0]))
+    main(parse(Args, description=__doc__.split("\n\n")[0]))

@@ -30,7 +30,7 @@ import tyro
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # algos/ of this checkout, as the scripts see it
 from scripts.registry import ALGORITHMS  # noqa: E402
-from turborl.cli import UserError  # noqa: E402
+from turborl.cli import UserError, parse  # noqa: E402
 from turborl.logger import RunLogger  # noqa: E402
 from turborl.paths import ExecutionPath  # noqa: E402
 
@@ -117,7 +117,7 @@ def measure(args: Args, script_argv: list[str]) -> dict:
     ExecutionPath.capture = lambda path, fn: watch.capture(path, fn)
     RunLogger.progress = lambda logger, step: watch.progress(logger, step)
     try:
-        script_args = tyro.cli(script.Args, args=script_argv)
+        script_args = parse(script.Args, script_argv)
         torch.set_num_threads(script_args.threads)  # as common/cli.py's entry point does
         summary = script.main(script_args)
     except UserError as err:
@@ -139,4 +139,4 @@ def measure(args: Args, script_argv: list[str]) -> dict:
 if __name__ == "__main__":
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
-    measure(tyro.cli(Args, args=argv[:split], description=__doc__.strip()), argv[split + 1:])
+    measure(parse(Args, argv[:split], description=__doc__.strip()), argv[split + 1:])

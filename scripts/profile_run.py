@@ -23,7 +23,7 @@ import tyro
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # algos/ of this checkout, as the scripts see them
 from scripts.registry import ALGORITHMS  # noqa: E402
-from turborl.cli import UserError  # noqa: E402
+from turborl.cli import UserError, parse  # noqa: E402
 from turborl.logger import RunLogger  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def profile(args: Args, script_argv: list[str]) -> str:
     if args.algo not in ALGORITHMS:
         raise SystemExit(f"error: no script {args.algo!r}; pick one of {', '.join(ALGORITHMS)}")
     script = importlib.import_module(f"algos.{args.algo}")
-    script_args = tyro.cli(script.Args, args=script_argv)
+    script_args = parse(script.Args, script_argv)
     on_gpu = torch.cuda.is_available() and script_args.cuda
     activities = [torch.profiler.ProfilerActivity.CPU, *([torch.profiler.ProfilerActivity.CUDA] if on_gpu else [])]
     calls = 0
@@ -103,4 +103,4 @@ def profile(args: Args, script_argv: list[str]) -> str:
 if __name__ == "__main__":
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
-    profile(tyro.cli(Args, args=argv[:split], description=__doc__.strip()), argv[split + 1:])
+    profile(parse(Args, argv[:split], description=__doc__.strip()), argv[split + 1:])

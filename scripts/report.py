@@ -575,9 +575,9 @@ def write(files: dict[str, str]) -> None:
 
 
 if __name__ == "__main__":
-    import tyro
+    from turborl.cli import parse
 
-    cli_args = tyro.cli(Args, description=__doc__.split("\n\n")[0])
+    cli_args = parse(Args, description=__doc__.split("\n\n")[0])
     cli_args.plots = cli_args.plots and not cli_args.check
     missing = []
     for name in ("rliable", "matplotlib")[:1 + cli_args.plots]:  # the [report] extra

@@ -76,6 +76,6 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    import tyro
+    from turborl.cli import parse
 
-    main(tyro.cli(Args, description=__doc__.split("\n\n")[0]))
+    main(parse(Args, description=__doc__.split("\n\n")[0]))

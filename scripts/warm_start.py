@@ -22,6 +22,7 @@ import tyro
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from scripts.benchmark import save_record  # noqa: E402
+from turborl.cli import parse  # noqa: E402
 
 
 @dataclass
@@ -64,4 +65,4 @@ def main(args: Args, flags: list[str]) -> dict:
 if __name__ == "__main__":
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
-    main(tyro.cli(Args, args=argv[:split], description=__doc__.strip()), argv[split + 1:])
+    main(parse(Args, argv[:split], description=__doc__.strip()), argv[split + 1:])

@@ -1,6 +1,11 @@
+import ast
 import gc
+import inspect
+import itertools
 import json
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
@@ -8,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import metric
+from tests.helpers import ROOT, metric
 from turborl.cli import RunArgs, UserError, check_run_args, pick_device
 from turborl.envs import EpisodeStatsSyncVectorEnv, final_observations, finished_episodes, make_env, track_episodes
 from turborl.link import EnvLink, EnvStep
@@ -365,3 +370,21 @@ def test_scripts_run_torch_on_one_thread_unless_told():
     finally:
         torch.set_num_threads(before)
     assert seen == [1, 2]
+
+
+@pytest.mark.parametrize("script", ["algos/td3.py", "scripts/long_runs.py"])
+def test_each_flag_help_is_its_docstring_in_one_paragraph(script):
+    # tyro keeps the line breaks of an indented multi-line field docstring; turborl.cli.parse joins them
+    docstrings = []
+    for path in [os.path.join(ROOT, script), *[os.path.join(ROOT, "common", "cli.py")] * script.startswith("algos")]:
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.ClassDef) and node.name in ("Args", "RunArgs"):
+                docstrings += [inspect.cleandoc(after.value.value) for field, after in itertools.pairwise(node.body)
+                               if isinstance(field, ast.AnnAssign) and isinstance(after, ast.Expr)
+                               and isinstance(after.value, ast.Constant) and "\n" in after.value.value]
+    assert len(docstrings) >= 3
+    shown = subprocess.run([sys.executable, os.path.join(ROOT, script), "--help"], capture_output=True, text=True,
+                           env={**os.environ, "COLUMNS": "4000"}, cwd=ROOT, check=True).stdout.splitlines()
+    for doc in docstrings:
+        paragraphs = [" ".join(p.split()) for p in doc.split("\n\n")]
+        assert all(any(p in line for line in shown) for p in paragraphs), doc
