@@ -52,8 +52,11 @@ class Checkpoints:
             for name, tensor in self.tensors.items():
                 tensor.copy_(state["tensors"][name])
         if state["envs"] is not None:
+            threads = getattr(envs, "threads", None)
             envs.close()
             envs = pickle.loads(state["envs"])
+            if threads is not None and hasattr(envs, "share_among"):  # this run's --env-threads, not the saved one's
+                envs.share_among(threads)
             if link is not None:
                 link.load_state_dict(state["link"])
         elif link is not None:  # envs that cannot be saved (subprocesses, MuJoCo) restart with fresh episodes
@@ -119,7 +122,7 @@ def load_optimizer(optimizer: torch.optim.Optimizer, state: dict) -> None:
 # Flags that change how a run executes or reports, not what it computes: free to differ on --resume.
 FREE_ON_RESUME = {"cuda", "compile", "cudagraphs", "max_autotune", "inductor", "fused_optimizer", "log_every",
                   "save_model", "checkpoint_every", "resume", "runs_dir", "track", "wandb_project", "wandb_entity",
-                  "capture_video", "async_envs", "env_threads", "threads"}
+                  "async_envs", "env_threads", "threads"}
 
 
 def script_of(args) -> str:

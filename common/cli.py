@@ -195,6 +195,9 @@ def check_run_args(args: RunArgs) -> None:
     check(env_threads == 1 or args.env_backend == "gymnasium",
           "--env-threads steps gymnasium envs in threads; device envs (--env-backend torch or mjwarp) step on the "
           "device: leave it out")
+    check(not args.capture_video or args.env_backend == "gymnasium",
+          "--capture-video records a gymnasium env; device envs (--env-backend torch or mjwarp) render nothing: "
+          "leave it out, or evaluate the saved policy with scripts/evaluate.py --capture-video")
     check(env_threads == 1 or not getattr(args, "async_envs", False),
           "--env-threads and --async-envs are two ways to step the envs side by side (threads of this process or "
           "subprocesses): pick one")

@@ -3,6 +3,7 @@ to the device and the action back: common/link.py.)"""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -60,6 +61,8 @@ def make_env(
     spec = _spec(env_id)
     # Env 0 records (--capture-video) into a folder of its own until the run folder exists (record_videos_in).
     staging = os.path.join(tempfile.gettempdir(), f"turborl-videos-{os.getpid()}-{time.time_ns()}")
+    if capture_video:  # a run that fails before its run folder exists leaves no empty folder behind
+        atexit.register(_remove_if_empty, staging)
 
     def thunk(index: int):
         def make():
@@ -108,8 +111,12 @@ def record_videos_in(envs, folder: str) -> None:
         return
     os.makedirs(folder, exist_ok=True)
     envs.unwrapped.set_attr("video_folder", folder)  # env 0's RecordVideo; the others get an attribute never read
+    _remove_if_empty(envs.video_staging)
+
+
+def _remove_if_empty(folder: str) -> None:
     with contextlib.suppress(OSError):
-        os.rmdir(envs.video_staging)
+        os.rmdir(folder)
 
 
 class EpisodeStatsSyncVectorEnv(gym.vector.SyncVectorEnv):
@@ -125,25 +132,31 @@ class EpisodeStatsSyncVectorEnv(gym.vector.SyncVectorEnv):
                  threads: int = 1):
         assert autoreset_mode == gym.vector.AutoresetMode.SAME_STEP and not copy, "what step() implements"
         super().__init__(env_fns, copy=False, autoreset_mode=autoreset_mode)
-        # One share of the envs per thread. The caller's thread steps the first share itself: env 0, the one that
-        # records videos, renders in the thread that made it (a GL context belongs to one thread).
-        self._shares = np.array_split(np.arange(self.num_envs), min(threads, self.num_envs))
-        self._pool = self._threads_beside_the_callers()
+        self.share_among(threads)
         self.episode_returns = np.zeros(self.num_envs)
         self.episode_lengths = np.zeros(self.num_envs, dtype=np.int64)
         self._stack = isinstance(self.single_observation_space, gym.spaces.Box)  # else gymnasium's concatenate
+
+    @property
+    def threads(self) -> int:
+        return len(self._shares)
+
+    def share_among(self, threads: int) -> None:
+        """One share of the envs per thread. The caller's thread steps the first share itself: env 0, the one that
+        records videos, renders in the thread that made it (a GL context belongs to one thread); a pool thread
+        steps each other share."""
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown()
+        self._shares = np.array_split(np.arange(self.num_envs), min(threads, self.num_envs))
+        self._pool = ThreadPoolExecutor(len(self._shares) - 1) if len(self._shares) > 1 else None
 
     def __getstate__(self):  # a checkpoint pickles the envs; threads do not pickle and are made again on loading
         return {key: value for key, value in self.__dict__.items() if key != "_pool"}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._shares = state.get("_shares", [np.arange(self.num_envs)])  # saved before --env-threads: one share
-        self._pool = self._threads_beside_the_callers()
-
-    def _threads_beside_the_callers(self) -> ThreadPoolExecutor | None:
-        """A thread for each share but the first, which the caller's thread steps (None: one share)."""
-        return ThreadPoolExecutor(len(self._shares) - 1) if len(self._shares) > 1 else None
+        self._pool = None
+        self.share_among(len(state.get("_shares", [()])))  # saved before --env-threads: one share
 
     def reset(self, *, seed=None, options=None):
         self.episode_returns[:], self.episode_lengths[:] = 0.0, 0

@@ -65,8 +65,8 @@ class Args:
     exporting their policies at once took ~70 s on a 16-core machine"""
     out: str | None = None
     """the JSON of each run (default: results/parity/runs, or results/learning for --suite long)"""
-    runs_dir: str = "runs/long"
-    """the runs' folders (checkpoints, metrics), kept between calls (a relative path is from the repository root)"""
+    runs_dir: str | None = None
+    """the runs' folders (checkpoints, metrics), kept between calls (none: this repository's runs/long)"""
     checkpoint_every: int = 250_000
     """env steps between periodic checkpoints (the run resumes from the last one if a stop fails)"""
     num_seeds: int = 1
@@ -241,7 +241,7 @@ def main(args: Args) -> None:
         raise SystemExit(f"error: --num-seeds must be >= 1 (got {args.num_seeds})")
     args.out = args.out or os.path.join(ROOT, "results", *(("parity", "runs") if args.suite == "parity" else
                                                             ("learning",)))
-    args.runs_dir = os.path.join(ROOT, args.runs_dir)
+    args.runs_dir = os.path.abspath(args.runs_dir or os.path.join(ROOT, "runs", "long"))  # the runs start in ROOT
 
     def wanted(task: Task, seed: int) -> bool:
         if args.runs:

@@ -53,11 +53,11 @@ PARITY_START, PARITY_END = "<!-- parity-table:start -->", "<!-- parity-table:end
 
 @dataclass
 class Args:
-    results: str = "results"
-    """folder whose subfolders (one per suite) hold the JSON of each run (a relative path is from the repository
-    root, as is --readme's)"""
-    readme: str = "README.md"
-    """README whose speed-table block gets the first speed suite's table ("" to leave it alone)"""
+    results: str | None = None
+    """folder whose subfolders (one per suite) hold the JSON of each run (none: this repository's results/)"""
+    readme: str | None = None
+    """README whose speed-table block gets the first speed suite's table ("" to leave it alone; none: this
+    repository's README.md)"""
     plots: bool = True
     """draw the PNG plots (needs matplotlib); the tables link them either way"""
     check: bool = False
@@ -493,8 +493,10 @@ def parity_report(folder: str, plots: bool = True) -> str:
 def report(args: Args) -> dict[str, str]:
     """Every generated Markdown file, path -> text: `<results>/README.md`, `<results>/parity/README.md` and the
     README's table blocks. The plots are written here (unless --no-plots); the texts by the caller (`write`)."""
-    args = replace(args, results=os.path.join(ROOT, args.results),
-                   readme=args.readme and os.path.join(ROOT, args.readme))
+    args = replace(args, results=args.results or os.path.join(ROOT, "results"),
+                   readme=os.path.join(ROOT, "README.md") if args.readme is None else args.readme)
+    if not os.path.isdir(args.results):
+        raise SystemExit(f"error: --results {args.results} is not a folder; pass the folder of the suites' records")
     suites = sorted(d for d in os.listdir(args.results) if glob.glob(os.path.join(args.results, d, "*.json")))
     if not suites and not glob.glob(os.path.join(args.results, "parity", "runs", "*.json")):
         raise SystemExit(f"error: no results under {args.results}; run python scripts/benchmark.py first")

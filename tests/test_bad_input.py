@@ -31,6 +31,8 @@ CASES = [
     ("td3", [*PENDULUM, "--num-seeds", "2"], ["--num-seeds 2", "--env-backend gymnasium"]),
     ("td3", [*PENDULUM, "--async-envs"], ["--async-envs", "leave it out"]),
     ("td3", [*PENDULUM, "--env-threads", "2"], ["--env-threads", "leave it out"]),
+    ("td3", [*PENDULUM, "--capture-video"], ["--capture-video", "render nothing", "scripts/evaluate.py"]),
+    ("ppo_device_envs", ["--capture-video"], ["--capture-video", "render nothing"]),
     ("td3", ["--env-id", "Pendulum-v1", "--env-threads", "-1"], ["--env-threads must be >= 0"]),
     ("sac", ["--env-id", "Pendulum-v1", "--env-threads", "2", "--async-envs"], ["--env-threads and --async-envs",
                                                                                 "pick one"]),

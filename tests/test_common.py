@@ -174,6 +174,8 @@ def test_threaded_envs_pickle_for_a_checkpoint_and_go_on_as_they_were():
     for _ in range(30):
         envs.step(np.array([0, 1, 1]))
     loaded = pickle.loads(cloudpickle.dumps(envs))
+    assert loaded.threads == 2
+    loaded.share_among(3)  # a resume with another --env-threads: the envs step on, in its threads
     stepped_in = set()
     env_step = loaded.envs[2].step
     loaded.envs[2].step = lambda action: stepped_in.add(threading.get_ident()) or env_step(action)
@@ -184,7 +186,8 @@ def test_threaded_envs_pickle_for_a_checkpoint_and_go_on_as_they_were():
         for a, b in zip(saved_run[:4], loaded_run[:4], strict=True):
             np.testing.assert_array_equal(a, b)
         ended += len(finished_episodes(loaded_run[4]))
-    assert ended > 3 and len(stepped_in) == 1 and threading.get_ident() not in stepped_in
+    assert ended > 3 and stepped_in and threading.get_ident() not in stepped_in  # env 2: in the pool's threads
+    assert [list(share) for share in loaded._shares] == [[0], [1], [2]]
     envs.close(), loaded.close()
 
 

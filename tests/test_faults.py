@@ -322,6 +322,16 @@ def test_capture_video_records_into_each_runs_own_folder(tmp_path):
     assert not glob.glob(str(tmp_path / "tmp" / "turborl-videos-*"))
 
 
+def test_a_video_run_that_fails_before_its_run_folder_leaves_no_folder(tmp_path):
+    pytest.importorskip("moviepy")
+    pytest.importorskip("pygame")
+    os.makedirs(tmp_path / "tmp")
+    result = run_script("td3", "--env-id", "CartPole-v1", "--capture-video", "--runs-dir", str(tmp_path / "runs"),
+                        env={"TMPDIR": str(tmp_path / "tmp"), "SDL_VIDEODRIVER": "dummy"})
+    assert_user_error(result, "continuous")  # refused after the envs are made: a discrete action space
+    assert not os.listdir(tmp_path / "tmp") and not os.path.exists(tmp_path / "runs")
+
+
 def test_kill_9_while_a_checkpoint_is_written_leaves_the_previous_one_whole(tmp_path):
     """SIGKILL as soon as a checkpoint's temporary file appears (the write under way; if no poll catches one, at
     the first chance after): every checkpoint left loads, and the newest resumes the run to its budget."""

@@ -102,9 +102,10 @@ def test_resume_errors_are_one_clear_line(tmp_path):
                                  "--runs-dir", str(tmp_path / "b")), "--total-timesteps 600", "saved flags")
     # Every flag that changes what the run computes is compared, all differences named in one line.
     assert_user_error(run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--resume", checkpoint,
-                                 "--learning-rate", "0.5", "--gamma", "0.5", "--batch-size", "4",
+                                 "--learning-rate", "0.5", "--gamma", "0.5", "--batch-size", "4", "--capture-video",
                                  "--runs-dir", str(tmp_path / "b")),
-                      "--learning-rate 0.00025 (not 0.5)", "--gamma 0.99 (not 0.5)", "--batch-size 128 (not 4)")
+                      "--learning-rate 0.00025 (not 0.5)", "--gamma 0.99 (not 0.5)", "--batch-size 128 (not 4)",
+                      "--capture-video False (not True)")  # the saved envs have no recorder: no video, no word
     assert_user_error(run_script("ppo", "--resume", checkpoint, "--runs-dir", str(tmp_path / "b")),
                       "saved by algos/dqn.py", "python algos/dqn.py --resume")
     assert not os.path.exists(tmp_path / "b")  # a resume that fails leaves no run folder

@@ -6,6 +6,7 @@ import csv
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -110,7 +111,9 @@ def test_the_last_line_says_which_seeds_ended_no_episode(tmp_path, capsys):
     # Pendulum's episodes are 200 steps: 150 steps end none, 250 end one per seed
     run_main("td3", [*FLAGS[:2], "--total-timesteps", "150", "--learning-starts", "100", "--num-seeds", "2",
                      "--no-cuda"], str(tmp_path / "a"))
-    assert "seeds 1-2: return(last 20) none ended, none ended;" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "seeds 1-2: return(last 20) none ended, none ended;" in err
+    assert re.search(r"done: 150 steps in [0-9.]+s \([0-9]+ steps/s\), no episode ended; run folder", err)
     run_main("td3", [*FLAGS[:2], "--total-timesteps", "250", "--learning-starts", "100", "--num-seeds", "2",
                      "--no-cuda"], str(tmp_path / "b"))
     ended = capsys.readouterr().err
