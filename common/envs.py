@@ -60,8 +60,9 @@ def make_env(
     mode = gym.vector.AutoresetMode.SAME_STEP
     spec = _spec(env_id)
     # Env 0 records (--capture-video) into a folder of its own until the run folder exists (record_videos_in).
-    staging = os.path.join(tempfile.gettempdir(), f"turborl-videos-{os.getpid()}-{time.time_ns()}")
-    if capture_video:  # a run that fails before its run folder exists leaves no empty folder behind
+    staging = (os.path.join(tempfile.gettempdir(), f"turborl-videos-{os.getpid()}-{time.time_ns()}")
+               if capture_video else None)
+    if staging:  # a run that fails before its run folder exists leaves no empty folder behind
         atexit.register(_remove_if_empty, staging)
 
     def thunk(index: int):
@@ -95,7 +96,7 @@ def make_env(
         envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
     envs.action_space.seed(seed)
     envs.observation_space.seed(seed)
-    envs.video_staging = staging if capture_video else None
+    envs.video_staging = staging
     return envs
 
 
@@ -155,7 +156,6 @@ class EpisodeStatsSyncVectorEnv(gym.vector.SyncVectorEnv):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._pool = None
         self.share_among(len(state.get("_shares", [()])))  # saved before --env-threads: one share
 
     def reset(self, *, seed=None, options=None):
