@@ -242,7 +242,7 @@ class RunLogger:
         if not failed and not self.quiet:
             ret = summary["mean_return_last20"]
             line = (f"{self._step} steps in {summary['wall_seconds']:.1f}s ({summary['sps']:.0f} steps/s), "
-                    + (f"return(last 20) {ret:.1f}" if ret == ret else "no episode ended"))
+                    + f"return(last 20) {f'{ret:.1f}' if ret == ret else 'none ended'}")
             resume = (f"; continue with: {resume_command(checkpoint)}" if checkpoint and summary["status"] != "done"
                       else "")
             print({"done": "done: ", "interrupted": "interrupted at ", "stopped": "stopped at "}[summary["status"]]
