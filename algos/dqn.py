@@ -188,7 +188,7 @@ def main(args: Args) -> dict:
     # TRY NOT TO MODIFY: episodes, checkpoints and resume
     episodes = track_episodes(args.env_backend, n_seeds * n_envs, device, envs_per_seed=n_envs)
     checkpoints = Checkpoints(
-        args, logger.dir, "dqn",
+        args, logger, "dqn",
         modules={"q_network": q_network, "target_network": target_network, "optimizer": optimizer,
                  "episodes": episodes},
         tensors={"rb_obs": rb_obs, "rb_next_obs": rb_next_obs, "rb_actions": rb_actions, "rb_rewards": rb_rewards,

@@ -323,7 +323,7 @@ def main(args: Args) -> dict:
     # TRY NOT TO MODIFY: episodes, checkpoints and resume
     episodes = track_episodes("gymnasium", n_seeds * n_envs, device, envs_per_seed=n_envs)
     checkpoints = Checkpoints(
-        args, logger.dir, "ppo",
+        args, logger, "ppo",
         modules={"agent": agent, "optimizer": optimizer, "normalization": normalization},
         tensors={"step_index": step_index, "noise": noise})
     start_iteration, global_step = 0, 0

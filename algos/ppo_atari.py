@@ -236,7 +236,7 @@ def main(args: Args) -> dict:
 
     # TRY NOT TO MODIFY: checkpoints and resume. The C++ games cannot be saved: a resumed run starts new games
     # (seeded by its step count); the networks, optimizer, noise and counters continue.
-    checkpoints = Checkpoints(args, logger.dir, "ppo_atari", modules={"agent": agent, "optimizer": optimizer},
+    checkpoints = Checkpoints(args, logger, "ppo_atari", modules={"agent": agent, "optimizer": optimizer},
                               tensors={"step_index": step_index, "gumbel": gumbel})
     start_iteration, global_step = 0, 0
     if args.resume:

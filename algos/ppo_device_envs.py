@@ -351,7 +351,7 @@ def main(args: Args) -> dict:
 
     # TRY NOT TO MODIFY: checkpoints and resume
     checkpoints = Checkpoints(
-        args, logger.dir or "", "ppo_device_envs",
+        args, logger, "ppo_device_envs",
         modules={"agent": agent, "optimizer": optimizer, "normalization": normalization, "episodes": episodes},
         tensors={"obs": obs, "noise": noise})
     recent_returns: collections.deque = collections.deque(maxlen=100)

@@ -363,7 +363,7 @@ def main(args: Args) -> dict:
 
     # TRY NOT TO MODIFY: checkpoints and resume
     checkpoints = Checkpoints(
-        args, logger.dir, "ppo_lstm",
+        args, logger, "ppo_lstm",
         modules={"agent": agent, "optimizer": optimizer, "normalization": normalization, "episodes": episodes},
         tensors={"obs": obs, "first": first, "lstm_h": lstm_h, "lstm_c": lstm_c})
     start_iteration, global_step = 0, 0

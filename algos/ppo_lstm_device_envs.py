@@ -359,7 +359,7 @@ def main(args: Args) -> dict:
 
     # TRY NOT TO MODIFY: checkpoints and resume
     checkpoints = Checkpoints(
-        args, logger.dir, "ppo_lstm_device_envs",
+        args, logger, "ppo_lstm_device_envs",
         modules={"agent": agent, "optimizer": optimizer, "normalization": normalization, "episodes": episodes},
         tensors={"obs": obs, "first": first, "lstm_h": lstm_h, "lstm_c": lstm_c})
     recent_returns: collections.deque = collections.deque(maxlen=100)

@@ -210,7 +210,7 @@ def main(args: Args) -> dict:
     # TRY NOT TO MODIFY: episodes, checkpoints and resume
     episodes = track_episodes("gymnasium", n_envs, device)
     checkpoints = Checkpoints(
-        args, logger.dir, "pqn", modules={"q_network": q_network, "optimizer": optimizer},
+        args, logger, "pqn", modules={"q_network": q_network, "optimizer": optimizer},
         tensors={"step_index": step_index, "coins": coins, "env_steps": env_steps, "epsilon": epsilon})
     start_iteration, global_step = 0, 0
     if args.resume:

@@ -211,7 +211,7 @@ def main(args: Args) -> dict:
     # TRY NOT TO MODIFY: checkpoints and resume. The C++ games cannot be saved: a resumed run starts new games
     # (seeded by its step count); the network, optimizer, exploration draws and counters continue.
     checkpoints = Checkpoints(
-        args, logger.dir, "pqn_atari", modules={"q_network": q_network, "optimizer": optimizer},
+        args, logger, "pqn_atari", modules={"q_network": q_network, "optimizer": optimizer},
         tensors={"step_index": step_index, "coins": coins, "env_steps": env_steps, "epsilon": epsilon})
     start_iteration, global_step = 0, 0
     if args.resume:

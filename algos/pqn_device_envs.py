@@ -207,7 +207,7 @@ def main(args: Args) -> dict:
 
     # TRY NOT TO MODIFY: checkpoints and resume
     checkpoints = Checkpoints(
-        args, logger.dir, "pqn_device_envs",
+        args, logger, "pqn_device_envs",
         modules={"q_network": q_network, "optimizer": optimizer, "episodes": episodes},
         tensors={"obs": obs, "coins": coins, "env_steps": env_steps, "epsilon": epsilon})
     recent_returns: collections.deque = collections.deque(maxlen=100)

@@ -291,7 +291,7 @@ def main(args: Args) -> dict:
     # TRY NOT TO MODIFY: episodes, checkpoints and resume
     episodes = track_episodes(args.env_backend, n_seeds * n_envs, device, envs_per_seed=n_envs)
     checkpoints = Checkpoints(
-        args, logger.dir, "sac",
+        args, logger, "sac",
         modules={"actor": actor, "qf": qf, "qf_target": qf_target, "q_optimizer": q_optimizer,
                  "actor_optimizer": actor_optimizer, "a_optimizer": a_optimizer, "episodes": episodes},
         tensors={"rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps, "obs": obs, "action": action,

@@ -326,7 +326,7 @@ def main(args: Args) -> dict:
 
     # TRY NOT TO MODIFY: checkpoints and resume
     checkpoints = Checkpoints(
-        args, logger.dir, "sac_device_envs",
+        args, logger, "sac_device_envs",
         modules={"actor": actor, "qf": qf, "qf_target": qf_target,
                  "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer,
                  "a_optimizer": a_optimizer, "obs_rms": obs_rms, "episodes": episodes},

@@ -247,7 +247,7 @@ def main(args: Args) -> dict:
     # TRY NOT TO MODIFY: episodes, checkpoints and resume
     episodes = track_episodes(args.env_backend, n_seeds * n_envs, device, envs_per_seed=n_envs)
     checkpoints = Checkpoints(
-        args, logger.dir, "td3",
+        args, logger, "td3",
         modules={"actor": actor, "qf": qf, "target_actor": target_actor, "qf_target": qf_target,
                  "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer, "episodes": episodes},
         tensors={"rb_ptr": rb_ptr, "rb_size": rb_size, "env_steps": env_steps, "obs": obs, "action": action},

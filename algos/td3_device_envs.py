@@ -302,7 +302,7 @@ def main(args: Args) -> dict:
 
     # TRY NOT TO MODIFY: checkpoints and resume
     checkpoints = Checkpoints(
-        args, logger.dir, "td3_device_envs",
+        args, logger, "td3_device_envs",
         modules={"actor": actor, "qf": qf, "qf_target": qf_target,
                  "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer, "obs_rms": obs_rms,
                  "episodes": episodes},

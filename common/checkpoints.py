@@ -24,13 +24,15 @@ class Checkpoints:
     to `replay_size` rows. The envs are pickled whole where they can be, with the RNG states and the envs' last
     answer (`link`, an EnvLink; None where the script keeps that in `tensors`), so on CPU a resumed run logs
     exactly what the uninterrupted run logs. `counters` (the
-    loop's host-side numbers, with at least `global_step`) go in on save and come back from `resume`. The
-    scripts save only where an iteration ends, so every checkpoint resumes. `last`: the newest one written.
+    loop's host-side numbers, with at least `global_step`) go in on save and come back from `resume`, and so do
+    the `logger`'s episode counts (its run folder holds the checkpoints), so that a resumed run's summary and
+    last-20 return are the uninterrupted run's. The scripts save only where an iteration ends, so every checkpoint
+    resumes. `last`: the newest one written.
     """
 
-    def __init__(self, args, run_dir: str, algo: str, modules: dict, tensors: dict,
+    def __init__(self, args, logger, algo: str, modules: dict, tensors: dict,
                  replay: dict | None = None, replay_size: torch.Tensor | None = None):
-        self.args, self.run_dir, self.algo = args, run_dir, algo
+        self.args, self.logger, self.run_dir, self.algo = args, logger, logger.dir or "", algo
         self.modules, self.tensors, self.replay, self.replay_size = modules, tensors, replay or {}, replay_size
         self.periodic: str | None = None
         self.last: str | None = None
@@ -62,6 +64,8 @@ class Checkpoints:
         elif link is not None:  # envs that cannot be saved (subprocesses, MuJoCo) restart with fresh episodes
             link.reset(envs.reset(seed=self.args.seed + state["counters"]["global_step"])[0])
         # (without a link, the script restarts such envs itself)
+        if "logger" in state:  # a checkpoint from before it was saved: the summary counts from the resume
+            self.logger.load_state_dict(state["logger"])
         set_rng_state(state["rng"])
         return envs, state["counters"]
 
@@ -74,7 +78,7 @@ class Checkpoints:
             "global_step": counters["global_step"],
             # a copy of the rows written: a view (.cpu() of a CPU tensor is one) would save the whole memory
             "replay": {key: tensor[:size].to("cpu", copy=True) for key, tensor in self.replay.items()},
-            "resume": {"counters": counters, "link": link.state_dict() if link else None, "rng": rng_state(),
+            "resume": {"counters": counters, "logger": self.logger.state_dict(), "link": link.state_dict() if link else None, "rng": rng_state(),
                        "envs": env_state(envs),
                        "tensors": {key: tensor.detach().cpu() for key, tensor in self.tensors.items()}}}
         failure = None

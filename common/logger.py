@@ -49,6 +49,12 @@ class SilentLogger:
         self.stop.restore()
         return {"run_dir": None, **extra}
 
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
 
 class RunLogger:
     """Everything a run reports goes through here.
@@ -167,6 +173,14 @@ class RunLogger:
             self._csv_file = _discard(self._csv_file, self._csv_path, self._csv_size)
             raise UserError(f"cannot write {self._csv_path} ({err.strerror}); free space or pick another "
                             "--runs-dir, then --resume from the run's last checkpoint") from None
+
+    def state_dict(self) -> dict:
+        """The episode counts a checkpoint carries, so a resumed run's summary counts the whole run."""
+        return {"returns": list(self.returns), "episodes": self.episodes}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.returns.extend(state["returns"])
+        self.episodes = state["episodes"]
 
     def mean_return(self) -> float:
         return sum(self.returns) / len(self.returns) if self.returns else float("nan")

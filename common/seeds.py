@@ -132,6 +132,13 @@ class SeedLoggers:
         for logger in self.loggers:
             logger.progress(step)
 
+    def state_dict(self) -> dict:
+        return {"seeds": [logger.state_dict() for logger in self.loggers]}
+
+    def load_state_dict(self, state: dict) -> None:
+        for logger, seed_state in zip(self.loggers, state["seeds"], strict=True):
+            logger.load_state_dict(seed_state)
+
     def close(self, checkpoint: str | None = None, **extra) -> dict:
         """Every seed's summary.json; returns seed 0's, with the others' under `seeds` (each its own run)."""
         summaries = [logger.close(checkpoint=checkpoint, **extra) for logger in reversed(self.loggers)][::-1]

@@ -32,6 +32,7 @@ def test_resumed_run_logs_what_the_uninterrupted_run_logs(tmp_path, case):
     expected = metrics_after(str(tmp_path / "whole"), step)
     assert len(expected) > 3 and any(name.endswith("loss") for _, name, _ in expected)
     assert metrics_after(str(tmp_path / "resumed"), step) == expected
+    assert episode_counts(tmp_path / "resumed") == episode_counts(tmp_path / "whole")
     for rows in torch.load(checkpoint, weights_only=False)["replay"].values():  # the rows written, not the whole
         assert 0 < len(rows) <= step and rows.untyped_storage().nbytes() == rows.numel() * rows.element_size()
 
@@ -60,6 +61,20 @@ def test_ctrl_c_anywhere_leaves_a_checkpoint_that_resumes_exactly(tmp_path, monk
     run_main(test_run.script, [*test_run.flags, "--resume", summary["checkpoint"]], str(tmp_path / "resumed"))
     expected = metrics_after(str(tmp_path / "whole"), summary["steps"])
     assert expected and metrics_after(str(tmp_path / "resumed"), summary["steps"]) == expected
+    assert episode_counts(tmp_path / "resumed") == episode_counts(tmp_path / "whole")
+
+
+def episode_counts(runs_dir) -> dict:
+    """Per seed, the summary's episodes and last-20 return (None where none ended), which count the whole run: a
+    resumed run's as the uninterrupted run's (on the old code, a resumed td3 run counted only its own)."""
+    counts = {}
+    for path in glob.glob(str(runs_dir / "*" / "summary.json")):
+        with open(path) as f:
+            summary = json.load(f)
+        counts[os.path.basename(os.path.dirname(path)).split("__")[2]] = (
+            summary["episodes"], summary["mean_return_last20"])
+    assert counts, runs_dir
+    return counts
 
 
 def saved_checkpoint(script: str, runs_dir, *flags: str) -> str:
