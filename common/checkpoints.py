@@ -78,7 +78,8 @@ class Checkpoints:
             "global_step": counters["global_step"],
             # a copy of the rows written: a view (.cpu() of a CPU tensor is one) would save the whole memory
             "replay": {key: tensor[:size].to("cpu", copy=True) for key, tensor in self.replay.items()},
-            "resume": {"counters": counters, "logger": self.logger.state_dict(), "link": link.state_dict() if link else None, "rng": rng_state(),
+            "resume": {"counters": counters, "logger": self.logger.state_dict(),
+                       "link": link.state_dict() if link else None, "rng": rng_state(),
                        "envs": env_state(envs),
                        "tensors": {key: tensor.detach().cpu() for key, tensor in self.tensors.items()}}}
         failure = None
