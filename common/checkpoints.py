@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import glob
 import json
 import os
 import pickle
@@ -137,7 +138,10 @@ def script_of(args) -> str:
 
 def load_checkpoint(path: str, args, mmap: bool = False) -> dict:
     """A checkpoint to resume from, checked against this run's script and flags (one-line errors, exit 2);
-    `mmap`: tensors stay on disk until read (a cheap check of a checkpoint with a large replay buffer)."""
+    `mmap`: tensors stay on disk until read (a cheap check of a checkpoint with a large replay buffer). `path`: the
+    checkpoint, or a run folder: its checkpoint at the end (`<algo>.pt`) or else its newest periodic one."""
+    if os.path.isdir(path):
+        path = checkpoint_in(path, script_of(args))
     check(os.path.isfile(path), f"--resume {path}: no such file; pass a checkpoint written with --save-model")
     try:
         saved = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
@@ -162,6 +166,18 @@ def load_checkpoint(path: str, args, mmap: bool = False) -> dict:
               f"--resume {path}: that run finished ({summary.get('steps')} steps, status done): nothing to resume; "
               f"evaluate it with python scripts/evaluate.py {os.path.dirname(path)}")
     return saved
+
+
+def checkpoint_in(run_dir: str, script: str) -> str:
+    """The checkpoint `script` left in `run_dir` that a resume continues: the one written where the run ended, or
+    else (a killed run) the newest periodic one."""
+    algo = script.removesuffix(".py")
+    periodic = sorted(glob.glob(os.path.join(glob.escape(run_dir), f"{algo}-step*.pt")),
+                      key=lambda name: int(name.rsplit("-step", 1)[1][:-3]))
+    found = [name for name in (os.path.join(run_dir, f"{algo}.pt"), *periodic[-1:]) if os.path.isfile(name)]
+    check(found, f"--resume {run_dir}: no checkpoint of {script} in this folder; pass a run folder of a --save-model "
+                 f"run of {script} (a --num-seeds run keeps its checkpoint in its first seed's folder)")
+    return found[0]
 
 
 def rng_state() -> dict:

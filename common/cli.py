@@ -61,7 +61,8 @@ class RunArgs:
     checkpoint_every: int = 0
     """with --save-model, also checkpoint every this many env steps (0: only at the end); the last one is kept"""
     resume: str | None = None
-    """continue the run saved in this checkpoint (written with --save-model), same flags"""
+    """continue the run saved in this checkpoint (written with --save-model), same flags; a run folder means its
+    last checkpoint"""
     env_backend: str = "gymnasium"
     """gymnasium (CPU simulators), torch (classic control on the device: common/torch_envs.py) or mjwarp (MuJoCo
     Warp's locomotion tasks on the device: common/mjwarp_envs.py)"""

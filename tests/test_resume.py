@@ -58,7 +58,8 @@ def test_ctrl_c_anywhere_leaves_a_checkpoint_that_resumes_exactly(tmp_path, monk
     with open(os.path.join(interrupted, "summary.json")) as f:
         summary = json.load(f)
     assert summary["status"] == "interrupted" and fraction * total <= summary["steps"] < total, summary
-    run_main(test_run.script, [*test_run.flags, "--resume", summary["checkpoint"]], str(tmp_path / "resumed"))
+    assert summary["checkpoint"] == os.path.join(interrupted, f"{test_run.script}.pt")
+    run_main(test_run.script, [*test_run.flags, "--resume", interrupted], str(tmp_path / "resumed"))  # its folder
     expected = metrics_after(str(tmp_path / "whole"), summary["steps"])
     assert expected and metrics_after(str(tmp_path / "resumed"), summary["steps"]) == expected
     assert episode_counts(tmp_path / "resumed") == episode_counts(tmp_path / "whole")
@@ -125,13 +126,20 @@ def test_resume_errors_are_one_clear_line(tmp_path):
                       "saved by algos/dqn.py", "python algos/dqn.py --resume")
     assert not os.path.exists(tmp_path / "b")  # a resume that fails leaves no run folder
     # A finished run's own last checkpoint has nothing left to run.
-    assert_user_error(run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--resume", checkpoint,
-                                 "--runs-dir", str(tmp_path / "b")), "that run finished", "scripts/evaluate.py")
+    for path in (checkpoint, os.path.dirname(checkpoint)):  # the run folder means its checkpoint at the end
+        assert_user_error(run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--resume", path,
+                                     "--runs-dir", str(tmp_path / "b")), "that run finished", "scripts/evaluate.py")
     assert not os.path.exists(tmp_path / "b")  # a resume that fails leaves no run folder
-    # Flags of how it runs (not what it computes) may differ.
+    assert_user_error(run_script("dqn", "--resume", str(tmp_path), "--runs-dir", str(tmp_path / "b")),
+                      "no checkpoint of dqn.py in this folder", "first seed's folder")
+    # Flags of how it runs (not what it computes) may differ. A killed run's folder: its newest periodic checkpoint.
     [periodic] = glob.glob(str(tmp_path / "a" / "*" / "dqn-step400.pt"))
-    result = run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--resume", periodic,
-                        "--log-every", "7", "--no-cuda", "--fused-optimizer", "--runs-dir", str(tmp_path / "c"))
+    os.makedirs(tmp_path / "killed")
+    os.link(periodic, tmp_path / "killed" / "dqn-step400.pt")
+    torch.save({}, tmp_path / "killed" / "dqn-step9.pt")  # older (though later as text): not the one resumed
+    result = run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--resume",
+                        str(tmp_path / "killed"), "--log-every", "7", "--no-cuda", "--fused-optimizer",
+                        "--runs-dir", str(tmp_path / "c"))
     assert result.returncode == 0, result.stderr[-2000:]
     # A checkpoint without a part the script saves (another version wrote it) is named, not a traceback.
     partial = torch.load(periodic, weights_only=False)
