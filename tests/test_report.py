@@ -268,3 +268,17 @@ def test_the_report_without_its_extra_says_what_to_install(tmp_path):
                             text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)}, check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip() == "error: the report needs rliable: pip install -e '.[report]'"
+
+
+def test_the_report_of_a_folder_that_is_not_a_results_folder_is_one_line(tmp_path):
+    (tmp_path / "runs" / "CartPole-v1__dqn__1__1").mkdir(parents=True)  # a runs folder: args.json, summary.json
+    (tmp_path / "runs" / "CartPole-v1__dqn__1__1" / "summary.json").write_text('{"status": "done"}')
+    (tmp_path / "speed").mkdir()  # one suite's folder, not the folder of the suites
+    (tmp_path / "speed" / "td3.json").write_text('{"suite": "speed", "label": "td3"}')
+    for folder, expected in (("runs", "runs/CartPole-v1__dqn__1__1 holds JSON files that are not benchmark records"),
+                             ("speed", "speed (it holds one suite's records: pass the folder above it)"),
+                             ("none", "--results none is not a folder")):
+        result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts/report.py"), "--check", "--results",
+                                 folder], cwd=tmp_path, capture_output=True, text=True, check=False)
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and expected in result.stderr, result.stderr
