@@ -185,6 +185,9 @@ class RunLogger:
     def mean_return(self) -> float:
         return sum(self.returns) / len(self.returns) if self.returns else float("nan")
 
+    def _returns_text(self) -> str:
+        return f"return(last {len(self.returns)}) {self.mean_return():.1f}" if self.returns else "no episode ended"
+
     def progress(self, step: int) -> None:
         """Call once per loop iteration with the global step (cheap: host work only)."""
         advanced, self._step = step - self._step, step
@@ -201,12 +204,8 @@ class RunLogger:
                 self._last_print = now
         elif now - self._last_print > self._print_every and not self.quiet:
             self._last_print = now
-            print(
-                f"step {step}/{self.total_steps}  sps {self._recent_sps(step, now):.0f}  "
-                f"return(last {len(self.returns)}) {self.mean_return():.1f}",
-                file=sys.stderr,
-                flush=True,
-            )
+            print(f"step {step}/{self.total_steps}  sps {self._recent_sps(step, now):.0f}  {self._returns_text()}",
+                  file=sys.stderr, flush=True)
 
     def _recent_sps(self, step: int, now: float) -> float:
         """Steps/s since the display last showed it: the rate now, not an average over a window that began
@@ -254,9 +253,8 @@ class RunLogger:
             self._wandb.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float))})
             self._wandb.finish(exit_code=0 if summary["status"] == "done" else 1)
         if not failed and not self.quiet:
-            ret = summary["mean_return_last20"]
-            line = (f"{self._step} steps in {summary['wall_seconds']:.1f}s ({summary['sps']:.0f} steps/s), "
-                    + f"return(last 20) {f'{ret:.1f}' if ret == ret else 'none ended'}")
+            line = (f"{self._step} steps in {summary['wall_seconds']:.1f}s ({summary['sps']:.0f} steps/s after "
+                    f"the first iteration), {self._returns_text()}")
             resume = (f"; continue with: {resume_command(checkpoint)}" if checkpoint and summary["status"] != "done"
                       else "")
             print({"done": "done: ", "interrupted": "interrupted at ", "stopped": "stopped at "}[summary["status"]]

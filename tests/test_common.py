@@ -301,9 +301,13 @@ def test_the_progress_line_shows_the_recent_rate(tmp_path, monkeypatch, capsys):
     logger.progress(100)  # the first 100 steps took 100 s
     clock[0] += 11
     logger.progress(11_100)  # then 1,000 steps/s
+    logger.log_episodes(11_100, [(3.0, 10), (5.0, 10)])
+    clock[0] += 11
+    logger.progress(12_100)
     logger.close()
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("step ")]
-    assert [line.split("  ")[1] for line in lines] == ["sps 1", "sps 1000"]
+    assert [line.split("  ")[1:] for line in lines] == [
+        ["sps 1", "no episode ended"], ["sps 1000", "no episode ended"], ["sps 91", "return(last 2) 4.0"]]
 
 
 def test_run_folders_are_unique_even_when_runs_start_in_the_same_second(tmp_path, monkeypatch):

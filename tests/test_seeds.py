@@ -113,7 +113,8 @@ def test_the_last_line_says_which_seeds_ended_no_episode(tmp_path, capsys):
                      "--no-cuda"], str(tmp_path / "a"))
     err = capsys.readouterr().err
     assert "seeds 1-2: return(last 20) none ended, none ended;" in err
-    assert re.search(r"done: 150 steps in [0-9.]+s \([0-9]+ steps/s\), return\(last 20\) none ended; run folder", err)
+    assert re.search(r"done: 150 steps in [0-9.]+s \([0-9]+ steps/s after the first iteration\), no episode ended; "
+                     r"run folder", err)
     run_main("td3", [*FLAGS[:2], "--total-timesteps", "250", "--learning-starts", "100", "--num-seeds", "2",
                      "--no-cuda"], str(tmp_path / "b"))
     ended = capsys.readouterr().err
