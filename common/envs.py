@@ -67,11 +67,7 @@ def make_env(
 
     def thunk(index: int):
         def make():
-            kwargs = {"render_mode": "rgb_array"} if capture_video and index == 0 else {}
-            env = gym.make(spec, **kwargs)
-            if capture_video and index == 0:
-                env = gym.wrappers.RecordVideo(env, staging, disable_logger=True)
-            return env
+            return recorded(spec, staging) if capture_video and index == 0 else gym.make(spec)
 
         return make
 
@@ -113,6 +109,15 @@ def record_videos_in(envs, folder: str) -> None:
     os.makedirs(folder, exist_ok=True)
     envs.unwrapped.set_attr("video_folder", folder)  # env 0's RecordVideo; the others get an attribute never read
     _remove_if_empty(envs.video_staging)
+
+
+def recorded(env_id, folder: str, **record_kwargs) -> gym.Env:
+    """A gymnasium env whose episodes RecordVideo writes into `folder`, from rgb_array frames. Those need no display:
+    SDL (pygame, which draws classic control) is told so, else a machine without one gets its 'error: XDG_RUNTIME_DIR
+    is invalid' line in a run that works."""
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    return gym.wrappers.RecordVideo(gym.make(env_id, render_mode="rgb_array"), folder, disable_logger=True,
+                                    **record_kwargs)
 
 
 def _remove_if_empty(folder: str) -> None:

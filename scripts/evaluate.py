@@ -26,7 +26,7 @@ import tyro
 
 from turborl.atari import ale_rom
 from turborl.cli import UserError, check, cli
-from turborl.envs import missing_extra
+from turborl.envs import missing_extra, recorded
 
 
 @dataclass
@@ -67,10 +67,8 @@ def main(args: Args) -> dict:
         check(not args.capture_video, "--capture-video: Atari runs are evaluated without video here")
         return report(path, env_id, *run_games(policy, env_id, args, trained_on), args)
     try:
-        env = gym.make(env_id, render_mode="rgb_array" if args.capture_video else None)
-        if args.capture_video:
-            env = gym.wrappers.RecordVideo(env, os.path.join(folder, "eval-videos"), episode_trigger=lambda _: True,
-                                           disable_logger=True)
+        env = (recorded(env_id, os.path.join(folder, "eval-videos"), episode_trigger=lambda _: True)
+               if args.capture_video else gym.make(env_id))
     except gym.error.DependencyNotInstalled as err:
         raise missing_extra(env_id, err) from None
     except gym.error.Error as err:
