@@ -67,8 +67,9 @@ def main(args: Args) -> dict:
         check(not args.capture_video, "--capture-video: Atari runs are evaluated without video here")
         return report(path, env_id, *run_games(policy, env_id, args, trained_on), args)
     try:
-        env = (recorded(env_id, os.path.join(folder, "eval-videos"), episode_trigger=lambda _: True)
-               if args.capture_video else gym.make(env_id))
+        spec = gym.spec(env_id)  # made from its spec, as training makes it: no warning that a -v4 id is old
+        env = (recorded(spec, os.path.join(folder, "eval-videos"), episode_trigger=lambda _: True)
+               if args.capture_video else gym.make(spec))
     except gym.error.DependencyNotInstalled as err:
         raise missing_extra(env_id, err) from None
     except gym.error.Error as err:

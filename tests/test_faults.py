@@ -275,6 +275,8 @@ def test_evaluate_takes_a_run_folder_and_refuses_an_env_the_policy_does_not_fit(
     evaluation = evaluate(run_dir + os.sep, "--episodes", "2")
     assert evaluation.returncode == 0, evaluation.stderr[-2000:]
     assert read_json(os.path.join(run_dir, "evaluation.json"))["env_id"] == "CartPole-v1"
+    older = evaluate(run_dir, "--env-id", "CartPole-v0", "--episodes", "1")  # an old version, as the -v4 MuJoCo rows
+    assert older.returncode == 0 and "Warning" not in older.stderr, older.stderr  # as quiet as training: no warning
     assert_user_error(evaluate(os.path.join(run_dir, "dqn.pt"), "--env-id", "Pendulum-v1"),
                       "does not take Pendulum-v1's observations", "--env-id CartPole-v1")
     assert_user_error(evaluate(run_dir, "--env-id", "Breakout-v5"),  # an Atari game: evaluated on stacked frames
