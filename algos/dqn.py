@@ -5,7 +5,7 @@ the device, then pick the next epsilon-greedy action) and, every `train_frequenc
 on the device, one Adam step). The update is launched before the CPU steps the envs, so the two overlap; the loop
 waits for nothing but the action's copy to the host.
 
-`--num-seeds N` trains N independent runs (seeds --seed ... --seed + N - 1) with the kernels of one: every tensor
+The flag `--num-seeds N` trains N independent runs (seeds --seed ... --seed+N-1) with the kernels of one: every tensor
 has a leading seeds axis (`[seeds, batch, obs]`), each layer is one batched matmul over the seeds' weights, and the
 loss is the sum of the seeds' losses, so each seed's gradient and Adam step are its own (common/seeds.py). Seed
 i has its own envs (the i-th block of the vector env), Q-network drawn from its own seed, replay memory and run

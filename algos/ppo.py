@@ -10,7 +10,7 @@ action's copy to the host. Per rollout `finish_rollout` computes the values, GAE
 every epoch's minibatch order on the device, and `update` takes one clipped-PPO Adam step per minibatch, with the
 learning rate annealed through a device tensor.
 
-`--num-seeds N` trains N independent runs (seeds --seed ... --seed + N - 1) with the kernels of one: every tensor
+The flag `--num-seeds N` trains N independent runs (seeds --seed ... --seed+N-1) with the kernels of one: every tensor
 has a seeds axis (the rollout `[steps, seeds, envs, ...]`, a minibatch `[seeds, minibatch, ...]`), each layer is
 one batched matmul over the seeds' weights, and the loss is the sum of the seeds' losses, so each seed's gradient
 and Adam step are its own; gradients are clipped per seed (common/seeds.py). Seed i has its own envs (the i-th
@@ -45,13 +45,13 @@ class Args(RunArgs):
     seed: int = 1
     """seed of the run (torch, numpy, env)"""
     total_timesteps: int | None = None
-    """environment steps of the whole run (default: 500k discrete, 1M continuous)"""
+    """environment steps of the whole run (none: 500k discrete, 1M continuous)"""
     learning_rate: float | None = None
-    """Adam learning rate (default: 2.5e-4 discrete, 3e-4 continuous)"""
+    """Adam learning rate (none: 2.5e-4 discrete, 3e-4 continuous)"""
     num_envs: int | None = None
-    """parallel environments (default: 4 discrete, 1 continuous)"""
+    """parallel environments (none: 4 discrete, 1 continuous)"""
     num_steps: int | None = None
-    """steps per env per rollout (default: 128 discrete, 2048 continuous)"""
+    """steps per env per rollout (none: 128 discrete, 2048 continuous)"""
     anneal_lr: bool = True
     """anneal the learning rate linearly to 0"""
     gamma: float = 0.99
@@ -59,9 +59,9 @@ class Args(RunArgs):
     gae_lambda: float = 0.95
     """GAE lambda"""
     num_minibatches: int | None = None
-    """minibatches per epoch (default: 4 discrete, 32 continuous)"""
+    """minibatches per epoch (none: 4 discrete, 32 continuous)"""
     update_epochs: int | None = None
-    """epochs over each rollout (default: 4 discrete, 10 continuous)"""
+    """epochs over each rollout (none: 4 discrete, 10 continuous)"""
     norm_adv: bool = True
     """normalize advantages per minibatch"""
     clip_coef: float = 0.2
@@ -69,15 +69,15 @@ class Args(RunArgs):
     clip_vloss: bool = True
     """clip the value loss too"""
     ent_coef: float | None = None
-    """entropy bonus coefficient (default: 0.01 discrete, 0.0 continuous)"""
+    """entropy bonus coefficient (none: 0.01 discrete, 0.0 continuous)"""
     vf_coef: float = 0.5
     """value loss coefficient"""
     max_grad_norm: float = 0.5
     """gradient clipping norm"""
     normalize: bool | None = None
-    """normalize observations and rewards with running statistics (default: off discrete, on continuous)"""
+    """normalize observations and rewards with running statistics (none: off discrete, on continuous)"""
     async_envs: bool | None = None
-    """step envs in subprocesses (default: on when there are several envs of a costly simulator and --env-threads
+    """step envs in subprocesses (none: on when there are several envs of a costly simulator and --env-threads
     is 1)"""
     env_threads: int = 1
     """threads that step the envs (every seed's), each its share of them, while the rollout waits: MuJoCo lets go of

@@ -38,13 +38,13 @@ class Args(RunArgs):
     seed: int = 1
     """seed of the run (torch, numpy, env)"""
     total_timesteps: int | None = None
-    """environment steps of the whole run (default: 500k discrete, 1M continuous)"""
+    """environment steps of the whole run (none: 500k discrete, 1M continuous)"""
     learning_rate: float | None = None
-    """Adam learning rate (default: 2.5e-4 discrete, 3e-4 continuous)"""
+    """Adam learning rate (none: 2.5e-4 discrete, 3e-4 continuous)"""
     num_envs: int | None = None
-    """parallel environments (default: 4 discrete, 1 continuous)"""
+    """parallel environments (none: 4 discrete, 1 continuous)"""
     num_steps: int | None = None
-    """steps per env per rollout (default: 128 discrete, 2048 continuous)"""
+    """steps per env per rollout (none: 128 discrete, 2048 continuous)"""
     anneal_lr: bool = True
     """anneal the learning rate linearly to 0"""
     gamma: float = 0.99
@@ -52,9 +52,9 @@ class Args(RunArgs):
     gae_lambda: float = 0.95
     """GAE lambda"""
     num_minibatches: int | None = None
-    """minibatches per epoch (default: 4 discrete, 32 continuous)"""
+    """minibatches per epoch (none: 4 discrete, 32 continuous)"""
     update_epochs: int | None = None
-    """epochs over each rollout (default: 4 discrete, 10 continuous)"""
+    """epochs over each rollout (none: 4 discrete, 10 continuous)"""
     norm_adv: bool = True
     """normalize advantages per minibatch"""
     clip_coef: float = 0.2
@@ -62,7 +62,7 @@ class Args(RunArgs):
     clip_vloss: bool = True
     """clip the value loss too"""
     ent_coef: float | None = None
-    """entropy bonus coefficient (default: 0.01 discrete, 0.0 continuous)"""
+    """entropy bonus coefficient (none: 0.01 discrete, 0.0 continuous)"""
     vf_coef: float = 0.5
     """value loss coefficient"""
     max_grad_norm: float = 0.5
@@ -71,7 +71,7 @@ class Args(RunArgs):
     """units in each of the two tanh hidden layers of the actor and of the critic (CleanRL's 64; a humanoid's
     348-number observation learns faster with 256)"""
     normalize: bool | None = None
-    """normalize observations and rewards with running statistics (default: off discrete, on continuous)"""
+    """normalize observations and rewards with running statistics (none: off discrete, on continuous)"""
     env_backend: str = "torch"
     """where the envs run, both on the device: torch (classic control, common/torch_envs.py) or mjwarp
     (HalfCheetah-v5, Ant-v5, Humanoid-v5 on MuJoCo Warp, common/mjwarp_envs.py)"""

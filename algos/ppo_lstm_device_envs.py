@@ -38,11 +38,11 @@ class Args(RunArgs):
     seed: int = 1
     """seed of the run (torch, env)"""
     total_timesteps: int | None = None
-    """environment steps of the whole run (default: 500k discrete, 1M continuous)"""
+    """environment steps of the whole run (none: 500k discrete, 1M continuous)"""
     learning_rate: float | None = None
-    """Adam learning rate (default: 2.5e-4 discrete, 3e-4 continuous)"""
+    """Adam learning rate (none: 2.5e-4 discrete, 3e-4 continuous)"""
     num_envs: int | None = None
-    """parallel environments (default: 8 discrete, 16 continuous)"""
+    """parallel environments (none: 8 discrete, 16 continuous)"""
     num_steps: int = 128
     """steps per env per rollout: the length of the sequences the update backpropagates through"""
     lstm_size: int = 128
@@ -56,7 +56,7 @@ class Args(RunArgs):
     num_minibatches: int = 4
     """minibatches per epoch, each num-envs / num-minibatches whole env sequences"""
     update_epochs: int | None = None
-    """epochs over each rollout (default: 4 discrete, 10 continuous)"""
+    """epochs over each rollout (none: 4 discrete, 10 continuous)"""
     norm_adv: bool = True
     """normalize advantages per minibatch"""
     clip_coef: float = 0.2
@@ -64,7 +64,7 @@ class Args(RunArgs):
     clip_vloss: bool = True
     """clip the value loss too"""
     ent_coef: float | None = None
-    """entropy bonus coefficient (default: 0.01 discrete, 0.0 continuous)"""
+    """entropy bonus coefficient (none: 0.01 discrete, 0.0 continuous)"""
     vf_coef: float = 0.5
     """value loss coefficient"""
     max_grad_norm: float = 0.5

@@ -7,7 +7,7 @@ twin critics, then the targets); every `policy_frequency` steps follow `policy_f
 and `update_alpha` (the entropy temperature, a device tensor) on the same batch. The updates are launched before
 the CPU steps the envs, so the two overlap; the loop waits for nothing but the action's copy to the host.
 
-`--num-seeds N` trains N independent runs (seeds --seed ... --seed + N - 1) with the kernels of one: every tensor
+The flag `--num-seeds N` trains N independent runs (seeds --seed ... --seed+N-1) with the kernels of one: every tensor
 has a leading seeds axis (`[seeds, batch, obs]`), each layer is one batched matmul over the seeds' weights, each
 seed has its own temperature, and the losses are summed over the seeds, so each seed's gradients and Adam steps are
 its own (common/seeds.py). Seed i has its own envs (the i-th block of the vector env), networks drawn from its own

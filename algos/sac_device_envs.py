@@ -69,10 +69,10 @@ class Args(RunArgs):
     num_atoms: int = 101
     """values in the critic's return distribution"""
     v_min: float | None = None
-    """smallest value of the critic's return distribution (default: the env's in SUPPORTS); with --v-max it must
+    """smallest value of the critic's return distribution (none: the env's in SUPPORTS); with --v-max it must
     bracket the task's discounted returns"""
     v_max: float | None = None
-    """largest value of the critic's return distribution (default: the env's in SUPPORTS)"""
+    """largest value of the critic's return distribution (none: the env's in SUPPORTS)"""
     critic_hidden_dim: int = 1024
     """units of each critic's first hidden layer (then half, then a quarter)"""
     actor_hidden_dim: int = 512

@@ -7,7 +7,7 @@ the next iteration's `store_and_act` (one device call) writes the transition int
 next action; the updates sample batches from the ring. The updates are launched before the host steps the
 envs, so the GPU trains while the CPU simulates; the loop waits for nothing but the action's copy to the host.
 
-`--num-seeds N` trains N independent runs (seeds --seed ... --seed + N - 1) with the kernels of one: every tensor
+The flag `--num-seeds N` trains N independent runs (seeds --seed ... --seed+N-1) with the kernels of one: every tensor
 has a leading seeds axis (`[seeds, batch, obs]`), each layer is one batched matmul over the seeds' weights, and the
 loss is the sum of the seeds' losses, so each seed's gradient and Adam step are its own (common/seeds.py). Seed
 i has its own envs (the i-th block of the vector env), networks drawn from its own seed, replay memory and run

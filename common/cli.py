@@ -129,7 +129,7 @@ def ran_out_of_memory(err: BaseException | None) -> bool:
 def parse(args_type: type[T], argv: list[str] | None = None, description: str = "") -> T:
     """tyro.cli, with each flag's help one paragraph. tyro (1.0) keeps every line break of a field docstring whose
     lines are indented, as PEP 257 writes them, so a help text broke mid-sentence: it reads them dedented and joined
-    here (a blank line still starts a paragraph)."""
+    here (a blank line still starts a paragraph), and so is the description's text."""
     import tyro
     from tyro import _docstrings
 
@@ -140,7 +140,8 @@ def parse(args_type: type[T], argv: list[str] | None = None, description: str = 
 
         joined.joined = True
         _docstrings.parse_docstring_from_object = joined
-    return tyro.cli(args_type, args=argv, description=description)
+    paragraphs = [part if part.startswith(" ") else part.replace("\n", " ") for part in description.split("\n\n")]
+    return tyro.cli(args_type, args=argv, description="\n\n".join(paragraphs))  # indented: examples, kept
 
 
 def cli(main: Callable[[T], dict | None], args_type: type[T], argv: list[str] | None = None) -> None:

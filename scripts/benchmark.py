@@ -54,7 +54,7 @@ class Args:
     algos: list[str] = field(default_factory=lambda: list(ALGORITHMS))
     """scripts to run (names in scripts/registry.py)"""
     paths: list[str] | None = None
-    """paths to run (default: the four paths and the reduce-overhead peer for speed; compile+cudagraphs and eager
+    """paths to run (none: the four paths and the reduce-overhead peer for speed; compile+cudagraphs and eager
     for learning)"""
     envs: list[str] = field(default_factory=list)
     """only these env ids (empty: each task's default)"""

@@ -18,6 +18,7 @@ import os
 import re
 import zipfile
 from dataclasses import dataclass
+from typing import Annotated
 
 import gymnasium as gym
 import numpy as np
@@ -31,10 +32,10 @@ from turborl.envs import missing_extra, recorded
 
 @dataclass
 class Args:
-    path: tyro.conf.Positional[str]
+    path: Annotated[tyro.conf.Positional[str], tyro.conf.arg(metavar="RUN")]
     """the exported policy (.pt2), the checkpoint (.pt) it was exported next to, or their run folder"""
     env_id: str | None = None
-    """gymnasium id (default: the one in the run folder's args.json)"""
+    """gymnasium id (none: the one in the run folder's args.json)"""
     episodes: int = 10
     """episodes to run"""
     seed: int = 10_000
@@ -42,7 +43,7 @@ class Args:
     capture_video: bool = False
     """record the episodes with gymnasium's RecordVideo into <run folder>/eval-videos"""
     out: str | None = None
-    """JSON output (default: evaluation.json next to the policy)"""
+    """JSON output (none: evaluation.json next to the policy)"""
 
 
 def main(args: Args) -> dict:

@@ -64,7 +64,7 @@ class Args:
     """what stopping takes: a dozen runs writing their checkpoints (replay memories of up to 1M transitions) and
     exporting their policies at once took ~70 s on a 16-core machine"""
     out: str | None = None
-    """the JSON of each run (default: results/parity/runs, or results/learning for --suite long)"""
+    """the JSON of each run (none: results/parity/runs, or results/learning for --suite long)"""
     runs_dir: str | None = None
     """the runs' folders (checkpoints, metrics), kept between calls (none: this repository's runs/long)"""
     checkpoint_every: int = 250_000

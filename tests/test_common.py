@@ -395,3 +395,8 @@ def test_each_flag_help_is_its_docstring_in_one_paragraph(script):
     for doc in docstrings:
         paragraphs = [" ".join(p.split()) for p in doc.split("\n\n")]
         assert all(any(p in line for line in shown) for p in paragraphs), doc
+    if script.startswith("algos"):  # the description: a line per paragraph, one blank line between (tyro put two
+        doc = ast.get_docstring(ast.parse(open(os.path.join(ROOT, script)).read()))  # before a paragraph that
+        paragraphs = [" ".join(p.split()) for p in doc.split("\n\n")]  # starts with a backtick)
+        start = shown.index(paragraphs[0])
+        assert shown[start:start + 2 * len(paragraphs) - 1] == [line for p in paragraphs for line in (p, "")][:-1]
