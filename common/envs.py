@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -54,6 +55,7 @@ def make_env(
     if mask_velocity:
         raise UserError("--mask-velocity masks the classic-control device envs: add --env-backend torch")
     if backend == "mjwarp":
+        quiet_model_deprecations(None)
         envs = _mjwarp_module().make_mjwarp_env(env_id, num_envs, device or "cpu", seed)
         _check_action_space(envs, env_id, action, algo)
         return envs
@@ -67,6 +69,7 @@ def make_env(
 
     def thunk(index: int):
         def make():
+            quiet_model_deprecations(spec)  # here: in each subprocess of --async-envs too
             return recorded(spec, staging) if capture_video and index == 0 else gym.make(spec)
 
         return make
@@ -109,6 +112,25 @@ def record_videos_in(envs, folder: str) -> None:
     os.makedirs(folder, exist_ok=True)
     envs.unwrapped.set_attr("video_folder", folder)  # env 0's RecordVideo; the others get an attribute never read
     _remove_if_empty(envs.video_staging)
+
+
+def quiet_model_deprecations(spec) -> None:
+    """MuJoCo 4 warns, for every env it builds, that gymnasium's model files use an attribute it deprecates
+    (HalfCheetah's settotalmass): nothing a run can change, printed once per env and subprocess. Those warnings are
+    dropped; MuJoCo's others are printed as MuJoCo prints them. `spec`: the env about to be made (None: a MuJoCo
+    one); nothing to do for another, or without MuJoCo (gym.make names the missing extra)."""
+    if spec is not None and "mujoco" not in str(spec.entry_point):
+        return
+    try:
+        import mujoco
+    except ImportError:
+        return
+
+    def warn(message: str) -> None:
+        if "is deprecated" not in message:
+            print(f"WARNING: {message}\n", file=sys.stderr, flush=True)
+
+    mujoco.set_mju_user_warning(warn)
 
 
 def recorded(env_id, folder: str, **record_kwargs) -> gym.Env:

@@ -27,7 +27,7 @@ import tyro
 
 from turborl.atari import ale_rom
 from turborl.cli import UserError, check, cli
-from turborl.envs import missing_extra, recorded
+from turborl.envs import missing_extra, quiet_model_deprecations, recorded
 
 
 @dataclass
@@ -69,6 +69,7 @@ def main(args: Args) -> dict:
         return report(path, env_id, *run_games(policy, env_id, args, trained_on), args)
     try:
         spec = gym.spec(env_id)  # made from its spec, as training makes it: no warning that a -v4 id is old
+        quiet_model_deprecations(spec)
         env = (recorded(spec, os.path.join(folder, "eval-videos"), episode_trigger=lambda _: True)
                if args.capture_video else gym.make(spec))
     except gym.error.DependencyNotInstalled as err:

@@ -400,3 +400,13 @@ def test_each_flag_help_is_its_docstring_in_one_paragraph(script):
         paragraphs = [" ".join(p.split()) for p in doc.split("\n\n")]  # starts with a backtick)
         start = shown.index(paragraphs[0])
         assert shown[start:start + 2 * len(paragraphs) - 1] == [line for p in paragraphs for line in (p, "")][:-1]
+
+
+def test_mujoco_envs_build_without_mujocos_deprecation_warning_of_gymnasiums_model_files(capfd):
+    # MuJoCo 4 printed "compiler attribute 'settotalmass' is deprecated" for each HalfCheetah env it built, in the
+    # run's process and in each subprocess of --async-envs
+    for asynchronous in (False, True):
+        envs = make_env("HalfCheetah-v4", 2, seed=0, asynchronous=asynchronous)
+        envs.reset(seed=0)
+        envs.close()
+    assert "deprecated" not in capfd.readouterr().err
