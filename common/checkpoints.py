@@ -54,7 +54,10 @@ class Checkpoints:
                 tensor[: len(saved["replay"][name])].copy_(saved["replay"][name])
             for name, tensor in self.tensors.items():
                 tensor.copy_(state["tensors"][name])
-        if state["envs"] is not None:
+        from gymnasium.vector.async_vector_env import AsyncVectorEnv
+
+        added_async = isinstance(getattr(envs, "unwrapped", envs), AsyncVectorEnv)  # --async-envs added on resume
+        if state["envs"] is not None and not added_async:
             threads = getattr(envs, "threads", None)
             envs.close()
             envs = pickle.loads(state["envs"])
@@ -62,7 +65,8 @@ class Checkpoints:
                 envs.share_among(threads)
             if link is not None:
                 link.load_state_dict(state["link"])
-        elif link is not None:  # envs that cannot be saved (subprocesses, MuJoCo) restart with fresh episodes
+        elif link is not None:  # envs that cannot be saved (subprocesses, MuJoCo) restart with fresh episodes, and
+            # so do envs saved in the run's process that this run steps in subprocesses
             link.reset(envs.reset(seed=self.args.seed + state["counters"]["global_step"])[0])
         # (without a link, the script restarts such envs itself)
         if "logger" in state:  # a checkpoint from before it was saved: the summary counts from the resume

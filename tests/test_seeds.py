@@ -83,6 +83,21 @@ def test_envs_stepped_side_by_side_give_the_same_runs(tmp_path, monkeypatch, fla
     assert {"qf_loss", "episodic_return"} <= {name for _, name, _ in runs[0][1]}
 
 
+def test_a_resume_that_adds_async_envs_steps_its_envs_in_subprocesses(tmp_path, monkeypatch):
+    """--async-envs may be added on resume (a bigger machine): the envs saved in the run's process give way to
+    subprocesses, with fresh episodes (the saved ones kept stepping in the loop's thread)."""
+    first = run_main("td3", [*FLAGS, "--save-model", "--checkpoint-every", "400"], str(tmp_path / "first"))
+    [checkpoint] = glob.glob(os.path.join(first, "td3-step400.pt"))
+    stepped_here = []
+    step_envs = turborl_envs.EpisodeStatsSyncVectorEnv._step_envs
+    monkeypatch.setattr(turborl_envs.EpisodeStatsSyncVectorEnv, "_step_envs",
+                        lambda self, *a: stepped_here.append(1) or step_envs(self, *a))
+    resumed = run_main("td3", [*FLAGS, "--resume", checkpoint, "--async-envs"], str(tmp_path / "resumed"))
+    assert not stepped_here and metric(resumed, "qf_loss")  # it trained, stepping no env in this process
+    run_main("td3", [*FLAGS, "--resume", checkpoint], str(tmp_path / "sync"))
+    assert stepped_here  # without the flag, the saved envs step here: the check above means something
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_each_seed_is_a_run_of_its_own(tmp_path, script, capsys):
     run_main(script, [*FLAGS, "--num-seeds", "3", "--save-model"], str(tmp_path))
