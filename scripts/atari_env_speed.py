@@ -22,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from scripts.benchmark import save_record  # noqa: E402
 from turborl.atari import make_envs  # noqa: E402
+from turborl.errors import UserError, run_tool  # noqa: E402
 
 
 @dataclass
@@ -73,9 +74,9 @@ def env_steps_per_second(library: str, env_id: str, num_envs: int, seconds: floa
 def main(args: Args) -> None:
     unknown = sorted(set(args.libraries) - {"ale-py", "envpool"})
     if unknown:
-        raise SystemExit(f"error: --libraries {' '.join(unknown)}: choose ale-py, envpool or both")
+        raise UserError(f"--libraries {' '.join(unknown)}: choose ale-py, envpool or both")
     if "envpool" in args.libraries and importlib.util.find_spec("envpool") is None:
-        raise SystemExit("error: envpool is not installed: pip install envpool (measured here only, not a turborl "
+        raise UserError("envpool is not installed: pip install envpool (measured here only, not a turborl "
                          "package), or measure --libraries ale-py alone")
     rows = []
     for num_envs in args.num_envs:
@@ -90,4 +91,4 @@ def main(args: Args) -> None:
 if __name__ == "__main__":
     from turborl.cli import parse
 
-    main(parse(Args, description=__doc__.split("\n\n")[0]))
+    run_tool(main, parse(Args, description=__doc__.split("\n\n")[0]))

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from scripts.registry import ALGORITHMS, Task  # noqa: E402
+from turborl.errors import UserError, run_tool  # noqa: E402
 
 PATH_FLAGS = {"eager": [], "compile": ["--compile"], "cudagraphs": ["--cudagraphs"],
               "compile+cudagraphs": ["--compile", "--cudagraphs"],
@@ -258,7 +259,7 @@ def with_num_seeds(task: Task, num_seeds: int, variant: str) -> Task:
 def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
     unknown = sorted(set(args.algos) - set(ALGORITHMS))
     if unknown:
-        raise SystemExit(f"error: unknown script(s) {unknown}; choose from {list(ALGORITHMS)}")
+        raise UserError(f"unknown script(s) {unknown}; choose from {list(ALGORITHMS)}")
     tasks = [task for name in args.algos for task in getattr(ALGORITHMS[name], args.suite)]
     paths = args.paths or (list(PATH_FLAGS) if args.suite == "speed" else ["compile+cudagraphs", "eager"])
     runs = []
@@ -291,20 +292,20 @@ def main(args: Args) -> None:
     from tqdm import tqdm
 
     if args.suite not in ("speed", "learning"):
-        raise SystemExit(f"error: --suite must be speed or learning (got {args.suite!r})")
+        raise UserError(f"--suite must be speed or learning (got {args.suite!r})")
     unknown = [p for p in args.paths or [] if p not in PATH_FLAGS]
     if unknown:
-        raise SystemExit(f"error: unknown path(s) {unknown}; choose from {list(PATH_FLAGS)}")
+        raise UserError(f"unknown path(s) {unknown}; choose from {list(PATH_FLAGS)}")
     if bool(args.variant) != bool(args.extra_flags):
-        raise SystemExit("error: --variant and --extra-flags go together (a name for the flags, and the flags)")
+        raise UserError("--variant and --extra-flags go together (a name for the flags, and the flags)")
     if args.jobs < 1 or (args.jobs > 1 and args.suite == "speed"):
-        raise SystemExit("error: --jobs must be >= 1, and 1 for the speed suite (speed is measured alone)")
+        raise UserError("--jobs must be >= 1, and 1 for the speed suite (speed is measured alone)")
     if args.processes < 1 or (args.processes > 1 and args.suite != "speed"):
-        raise SystemExit("error: --processes must be >= 1, and 1 for the learning suite (a peer is a speed run)")
+        raise UserError("--processes must be >= 1, and 1 for the learning suite (a peer is a speed run)")
     if args.num_seeds < 0:
-        raise SystemExit(f"error: --num-seeds must be >= 1, or 0 for the registry's (got {args.num_seeds})")
+        raise UserError(f"--num-seeds must be >= 1, or 0 for the registry's (got {args.num_seeds})")
     if args.num_seeds and (args.processes > 1 or args.suite != "speed"):
-        raise SystemExit("error: --num-seeds is for the speed suite, without --processes (seeds in one process or "
+        raise UserError("--num-seeds is for the speed suite, without --processes (seeds in one process or "
                          "one seed per process: run the two one after the other)")
     cuda = torch.cuda.is_available()
     args.scale = args.scale if args.scale is not None else (1.0 if cuda else 0.05)
@@ -318,7 +319,7 @@ def main(args: Args) -> None:
                               if "--num-seeds" in task.flags})
         why = (" (the seeds tasks, " + ", ".join(seeds_tasks) + ")" if args.num_seeds else "") + (
             "; the ones that match need CUDA" if not cuda and plan(args, True) else "")
-        raise SystemExit(f"error: no task of the {args.suite} suite matches the selection{why}: see "
+        raise UserError(f"no task of the {args.suite} suite matches the selection{why}: see "
                          "scripts/registry.py for the tasks and their labels")
     jobs = min(args.jobs, max(1, len(runs)))
 
@@ -353,4 +354,4 @@ def main(args: Args) -> None:
 if __name__ == "__main__":
     from turborl.cli import parse
 
-    main(parse(Args, description=__doc__.split("\n\n")[0]))
+    run_tool(main, parse(Args, description=__doc__.split("\n\n")[0]))

@@ -39,6 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from scripts.benchmark import PATH_FLAGS, machine, mps_daemon_running  # noqa: E402
 from scripts.registry import ALGORITHMS, Task  # noqa: E402
+from turborl.errors import UserError, run_tool  # noqa: E402
 
 
 @dataclass
@@ -236,9 +237,9 @@ def finish(args: Args, run: Launched, info: dict) -> list[dict]:
 
 def main(args: Args) -> None:
     if args.suite not in ("parity", "long"):
-        raise SystemExit(f"error: --suite must be parity or long (got {args.suite})")
+        raise UserError(f"--suite must be parity or long (got {args.suite})")
     if args.num_seeds < 1:
-        raise SystemExit(f"error: --num-seeds must be >= 1 (got {args.num_seeds})")
+        raise UserError(f"--num-seeds must be >= 1 (got {args.num_seeds})")
     args.out = args.out or os.path.join(ROOT, "results", *(("parity", "runs") if args.suite == "parity" else
                                                             ("learning",)))
     args.runs_dir = os.path.abspath(args.runs_dir or os.path.join(ROOT, "runs", "long"))  # the runs start in ROOT
@@ -326,4 +327,4 @@ def main(args: Args) -> None:
 if __name__ == "__main__":
     from turborl.cli import parse
 
-    main(parse(Args, description=__doc__.split("\n\n")[0]))
+    run_tool(main, parse(Args, description=__doc__.split("\n\n")[0]))

@@ -31,6 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # algos/ of this checkout, as the scripts see it
 from scripts.registry import ALGORITHMS  # noqa: E402
 from turborl.cli import UserError, parse  # noqa: E402
+from turborl.errors import run_tool  # noqa: E402
 from turborl.logger import RunLogger  # noqa: E402
 from turborl.paths import ExecutionPath  # noqa: E402
 
@@ -111,7 +112,7 @@ Watch.original_capture, Watch.original_progress = ExecutionPath.capture, RunLogg
 
 def measure(args: Args, script_argv: list[str]) -> dict:
     if args.script not in ALGORITHMS:
-        raise SystemExit(f"error: no script {args.script!r}; pick one of {', '.join(ALGORITHMS)}")
+        raise UserError(f"no script {args.script!r}; pick one of {', '.join(ALGORITHMS)}")
     script = importlib.import_module(f"algos.{args.script}")
     watch = Watch()
     ExecutionPath.capture = lambda path, fn: watch.capture(path, fn)
@@ -120,8 +121,6 @@ def measure(args: Args, script_argv: list[str]) -> dict:
         script_args = parse(script.Args, script_argv)
         torch.set_num_threads(script_args.threads)  # as common/cli.py's entry point does
         summary = script.main(script_args)
-    except UserError as err:
-        raise SystemExit(f"error: {err}") from None
     finally:
         ExecutionPath.capture, RunLogger.progress = Watch.original_capture, Watch.original_progress
     record = {**watch.result(watch.window_steps), "floor_us": watch.floor_us(), "summary": summary}
@@ -139,4 +138,4 @@ def measure(args: Args, script_argv: list[str]) -> dict:
 if __name__ == "__main__":
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
-    measure(parse(Args, argv[:split], description=__doc__.strip()), argv[split + 1:])
+    run_tool(measure, parse(Args, argv[:split], description=__doc__.strip()), argv[split + 1:])

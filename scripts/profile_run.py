@@ -24,6 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # algos/ of this checkout, as the scripts see them
 from scripts.registry import ALGORITHMS  # noqa: E402
 from turborl.cli import UserError, parse  # noqa: E402
+from turborl.errors import run_tool  # noqa: E402
 from turborl.logger import RunLogger  # noqa: E402
 
 
@@ -48,9 +49,9 @@ class WindowDone(Exception):
 def profile(args: Args, script_argv: list[str]) -> str:
     """Profile the run; returns the printed report."""
     if args.skip < 1 or args.active < 1:
-        raise SystemExit(f"error: --skip must be >= 1 and --active >= 1 (got {args.skip}, {args.active})")
+        raise UserError(f"--skip must be >= 1 and --active >= 1 (got {args.skip}, {args.active})")
     if args.algo not in ALGORITHMS:
-        raise SystemExit(f"error: no script {args.algo!r}; pick one of {', '.join(ALGORITHMS)}")
+        raise UserError(f"no script {args.algo!r}; pick one of {', '.join(ALGORITHMS)}")
     script = importlib.import_module(f"algos.{args.algo}")
     script_args = parse(script.Args, script_argv)
     on_gpu = torch.cuda.is_available() and script_args.cuda
@@ -78,12 +79,10 @@ def profile(args: Args, script_argv: list[str]) -> str:
         script.main(script_args)
     except WindowDone:
         pass
-    except UserError as err:
-        raise SystemExit(f"error: {err}") from None
     finally:
         RunLogger.progress = report_progress
     if calls < args.skip + args.active:
-        raise SystemExit(f"error: the run ended after {calls} loop iterations, before the recorded window "
+        raise UserError(f"the run ended after {calls} loop iterations, before the recorded window "
                          f"({args.skip} + {args.active}); give it more --total-timesteps or a smaller --skip")
     profiler.export_chrome_trace(args.trace)
     averages = profiler.key_averages()
@@ -103,4 +102,4 @@ def profile(args: Args, script_argv: list[str]) -> str:
 if __name__ == "__main__":
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
-    profile(parse(Args, argv[:split], description=__doc__.strip()), argv[split + 1:])
+    run_tool(profile, parse(Args, argv[:split], description=__doc__.strip()), argv[split + 1:])

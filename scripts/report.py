@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from scripts.registry import ALGORITHMS, MUJOCO_V4, Reference, Task  # noqa: E402
+from turborl.errors import UserError, run_tool  # noqa: E402
 
 PATHS = ["eager", "compile", "cudagraphs", "compile+cudagraphs", "reduce-overhead"]
 # CleanRL's published returns, by the table's algo column and env.
@@ -497,15 +498,15 @@ def report(args: Args) -> dict[str, str]:
     args = replace(args, results=args.results or os.path.join(ROOT, "results"),
                    readme=os.path.join(ROOT, "README.md") if args.readme is None else args.readme)
     if not os.path.isdir(args.results):
-        raise SystemExit(f"error: --results {args.results} is not a folder; pass the folder of the suites' records")
+        raise UserError(f"--results {args.results} is not a folder; pass the folder of the suites' records")
     suites = sorted(d for d in os.listdir(args.results) if glob.glob(os.path.join(args.results, d, "*.json")))
     for suite in suites:  # a run folder's args.json and summary.json are no benchmark records
         if not all(isinstance(run, dict) and "suite" in run for run in load(os.path.join(args.results, suite))):
-            raise SystemExit(f"error: {os.path.join(args.results, suite)} holds JSON files that are not benchmark "
+            raise UserError(f"{os.path.join(args.results, suite)} holds JSON files that are not benchmark "
                              "records; pass --results the folder whose subfolders are suites of records (results/)")
     if not suites and not glob.glob(os.path.join(args.results, "parity", "runs", "*.json")):
         one_suite = any(isinstance(run, dict) and "suite" in run for run in load(args.results))
-        raise SystemExit(f"error: no suites of records under {args.results}" + (
+        raise UserError(f"no suites of records under {args.results}" + (
             " (it holds one suite's records: pass the folder above it)" if one_suite
             else "; run python scripts/benchmark.py first"))
     out = ["# turborl benchmark results", "",
@@ -584,10 +585,7 @@ def write(files: dict[str, str]) -> None:
             f.write(text)
 
 
-if __name__ == "__main__":
-    from turborl.cli import parse
-
-    cli_args = parse(Args, description=__doc__.split("\n\n")[0])
+def main(cli_args: Args) -> None:
     cli_args.plots = cli_args.plots and not cli_args.check
     missing = []
     for name in ("rliable", "matplotlib")[:1 + cli_args.plots]:  # the [report] extra
@@ -596,7 +594,7 @@ if __name__ == "__main__":
         except ImportError:
             missing.append(name)
     if missing:
-        sys.exit(f"error: the report needs {' and '.join(missing)}: pip install -e '.[report]'")
+        raise UserError(f"the report needs {' and '.join(missing)}: pip install -e '.[report]'")
     if cli_args.check:
         differing = stale(report(cli_args))
         for path in differing:
@@ -607,3 +605,9 @@ if __name__ == "__main__":
     generated = report(cli_args)
     write(generated)
     print(f"wrote {', '.join(os.path.relpath(path) for path in generated)} and the plots")
+
+
+if __name__ == "__main__":
+    from turborl.cli import parse
+
+    run_tool(main, parse(Args, description=__doc__.split("\n\n")[0]))

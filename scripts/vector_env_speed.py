@@ -20,6 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from scripts.benchmark import save_record  # noqa: E402
 from turborl.envs import make_env  # noqa: E402
+from turborl.errors import UserError, run_tool  # noqa: E402
 
 MODES = {"sync": {}, "async": {"asynchronous": True}, "threads": {"threads": 0}}  # make_env's arguments
 
@@ -57,7 +58,7 @@ def env_steps_per_second(env_id: str, num_envs: int, mode: str, seconds: float) 
 def main(args: Args) -> None:
     unknown = sorted(set(args.modes) - set(MODES))
     if unknown:
-        raise SystemExit(f"error: --modes {' '.join(unknown)}: choose from {', '.join(MODES)}")
+        raise UserError(f"--modes {' '.join(unknown)}: choose from {', '.join(MODES)}")
     warnings.filterwarnings("ignore", message=".*is out of date.*")  # the v4 tasks are CleanRL's: measured as such
     rows = []
     for env_id in args.env_ids:
@@ -78,4 +79,4 @@ def main(args: Args) -> None:
 if __name__ == "__main__":
     from turborl.cli import parse
 
-    main(parse(Args, description=__doc__.split("\n\n")[0]))
+    run_tool(main, parse(Args, description=__doc__.split("\n\n")[0]))

@@ -16,6 +16,7 @@ pytest.importorskip("ale_py")
 from algos import ppo_atari, pqn_atari  # noqa: E402
 from tests.helpers import assert_user_error, metrics_after, run_main, run_script  # noqa: E402
 from turborl import atari  # noqa: E402
+from turborl.errors import UserError  # noqa: E402
 from turborl.logger import RunLogger  # noqa: E402
 
 
@@ -140,10 +141,10 @@ def test_env_speed_measures_each_library_and_says_what_a_missing_one_needs(tmp_p
     (row,) = json.load(open(out))["rows"]
     assert row["library"] == "ale-py" and row["num_envs"] == 2 and row["env_steps_per_second"] > 0
 
-    with pytest.raises(SystemExit, match="--libraries gym: choose ale-py, envpool or both"):
+    with pytest.raises(UserError, match="--libraries gym: choose ale-py, envpool or both"):
         atari_env_speed.main(atari_env_speed.Args(libraries=["gym"]))
     find_spec = atari_env_speed.importlib.util.find_spec
     monkeypatch.setattr(atari_env_speed.importlib.util, "find_spec",
                         lambda name: None if name == "envpool" else find_spec(name))
-    with pytest.raises(SystemExit, match="envpool is not installed: pip install envpool"):
+    with pytest.raises(UserError, match="envpool is not installed: pip install envpool"):
         atari_env_speed.main(atari_env_speed.Args(libraries=["ale-py", "envpool"]))

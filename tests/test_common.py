@@ -200,7 +200,7 @@ def test_vector_env_speed_measures_each_way_of_stepping(tmp_path):
     assert [(row["env_id"], row["num_envs"], row["mode"]) for row in rows] == [
         ("Pendulum-v1", 2, "sync"), ("Pendulum-v1", 2, "async"), ("Pendulum-v1", 2, "threads")]
     assert all(row["env_steps_per_second"] > 0 for row in rows)
-    with pytest.raises(SystemExit, match="--modes processes: choose from sync, async, threads"):
+    with pytest.raises(UserError, match="--modes processes: choose from sync, async, threads"):
         vector_env_speed.main(vector_env_speed.Args(modes=["sync", "processes"]))
 
 

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from scripts import profile_run
+from turborl.errors import UserError
 
 
 def test_profiles_the_window_after_skip_and_stops_the_run(tmp_path):
@@ -23,7 +24,7 @@ def test_profiles_the_window_after_skip_and_stops_the_run(tmp_path):
 
 def test_a_run_shorter_than_the_window_says_so(tmp_path):
     args = profile_run.Args(algo="dqn", skip=600, active=20, trace=str(tmp_path / "trace.json"))
-    with pytest.raises(SystemExit, match="before the recorded window"):
+    with pytest.raises(UserError, match="before the recorded window"):
         profile_run.profile(args, ["--total-timesteps", "300", "--learning-starts", "100",
                                    "--runs-dir", str(tmp_path / "runs")])
 

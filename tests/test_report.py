@@ -11,6 +11,7 @@ import pytest
 
 from scripts import benchmark, report
 from tests.helpers import ROOT
+from turborl.errors import UserError
 
 
 def test_benchmark_records_a_real_run_and_a_failed_one(tmp_path):
@@ -37,7 +38,7 @@ def test_the_peer_of_a_seeds_task_runs_one_seed_per_process_at_once(tmp_path, mo
     assert record["processes"] == 2 and record["seeds"] == [1, 2] and "--num-seeds" not in record["command"]
     assert record["steady_sps"] == sum(record["steady_sps_per_process"]) and min(record["steady_sps_per_process"]) > 0
     assert record["floor_us_per_step"] is None  # one process's replay alone is no floor for processes that share
-    with pytest.raises(SystemExit, match="--processes"):
+    with pytest.raises(UserError, match="--processes"):
         benchmark.main(benchmark.Args(suite="learning", processes=2, out=str(tmp_path)))
 
 
@@ -54,7 +55,7 @@ def test_a_seeds_record_reads_its_first_seed_and_leaves_no_run_folder(tmp_path, 
     assert len(record["curve"]["returns"]) == record["episodes"] > 0
     assert record["final_return"] == pytest.approx(statistics.mean(record["curve"]["returns"][-20:]))
     assert os.listdir(tmp_path / "tmp") == []
-    with pytest.raises(SystemExit, match="no task of the speed suite matches the selection .the seeds tasks, "):
+    with pytest.raises(UserError, match="no task of the speed suite matches the selection .the seeds tasks, "):
         benchmark.main(benchmark.Args(labels=["dqn"], num_seeds=3, out=str(tmp_path / "out")))
 
 
@@ -64,7 +65,7 @@ def test_learning_suite_runs_jobs_side_by_side_and_records_it(tmp_path):
     records = [json.load(open(tmp_path / f"{algo}__CartPole-v1__eager__s1.json")) for algo in ("dqn", "ppo")]
     assert [r["status"] for r in records] == ["ok", "ok"] and all(r["concurrent_runs"] == 2 for r in records)
     assert sorted(os.listdir(tmp_path)) == ["dqn__CartPole-v1__eager__s1.json", "ppo__CartPole-v1__eager__s1.json"]
-    with pytest.raises(SystemExit, match="1 for the speed suite"):
+    with pytest.raises(UserError, match="1 for the speed suite"):
         benchmark.main(benchmark.Args(suite="speed", jobs=2, out=str(tmp_path)))
 
 
@@ -123,7 +124,7 @@ def test_a_variant_runs_its_tasks_with_the_extra_flags_under_its_own_label():
     [(task, path, seed)] = benchmark.plan(args, cuda=True)
     assert task.label == "ppo-torch4096-autotune" and (path, seed) == ("compile+cudagraphs", 1)
     assert task.flags[-3:] == ("--max-autotune", "--log-every", "7") and "--tf32" in task.flags
-    with pytest.raises(SystemExit, match="go together"):
+    with pytest.raises(UserError, match="go together"):
         benchmark.main(benchmark.Args(variant="autotune"))
 
 
@@ -136,10 +137,10 @@ def test_num_seeds_runs_the_seeds_tasks_alone_with_that_many_seeds_under_their_o
                           extra_flags="--async-envs")
     [(task, _, _)] = benchmark.plan(args, cuda=True)  # a variant keeps its name beside the seeds
     assert task.label == "td3-seeds5-async" and task.flags[-1] == "--async-envs"
-    with pytest.raises(SystemExit, match="--num-seeds must be >= 1, or 0"):
+    with pytest.raises(UserError, match="--num-seeds must be >= 1, or 0"):
         benchmark.main(benchmark.Args(num_seeds=-1))
     for bad in (dict(num_seeds=5, processes=5), dict(num_seeds=5, suite="learning")):
-        with pytest.raises(SystemExit, match="--num-seeds is for the speed suite, without --processes"):
+        with pytest.raises(UserError, match="--num-seeds is for the speed suite, without --processes"):
             benchmark.main(benchmark.Args(**bad))
 
 
@@ -266,7 +267,7 @@ def test_the_report_without_its_extra_says_what_to_install(tmp_path):
     (hidden / "__init__.py").write_text("raise ImportError(\"No module named 'rliable'\")\n")
     result = subprocess.run([sys.executable, "scripts/report.py", "--check"], cwd=ROOT, capture_output=True,
                             text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)}, check=False)
-    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip() == "error: the report needs rliable: pip install -e '.[report]'"
 
 
@@ -280,5 +281,5 @@ def test_the_report_of_a_folder_that_is_not_a_results_folder_is_one_line(tmp_pat
                              ("none", "--results none is not a folder")):
         result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts/report.py"), "--check", "--results",
                                  folder], cwd=tmp_path, capture_output=True, text=True, check=False)
-        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and expected in result.stderr, result.stderr
