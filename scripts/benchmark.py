@@ -220,6 +220,9 @@ def measure_runs(record: dict, runs: list, timeout: float, processes: int) -> di
     if errors:
         return {**record, "status": "failed", "error": errors[0]}
     results = [json.load(open(os.path.join(runs_dir, "measure.json"))) for runs_dir, _, _ in runs]
+    ended = [r["summary"].get("status") for r in results if r["summary"].get("status") != "done"]
+    if ended:  # Ctrl-C or a non-finite loss: the run ended early, and its numbers are no measurement
+        return {**record, "status": "failed", "error": f"the run ended {ended[0]}, before its budget"}
     result = results[0]
     sps = sum(r["steady_sps"] for r in results) if all(r["steady_sps"] for r in results) else None
     metrics_csv = os.path.join(result["summary"]["run_dir"], "metrics.csv")  # the first process's first seed
@@ -238,7 +241,7 @@ def measure_runs(record: dict, runs: list, timeout: float, processes: int) -> di
         "floor_us_per_step": result["floor_us"] if processes == 1 else None,
         "floor_method": "the steady span's captured calls replayed back to back after training, one synchronize "
                         "at the end (GPU replay time alone)",
-        "final_return": result["summary"]["mean_return_last20"],
+        "final_return": result["summary"]["mean_return_last20"] if result["summary"]["episodes"] else None,
         "solved_seconds": (metric_values(metrics_csv, "solved_seconds") or [None])[-1],
         "episodes": result["summary"]["episodes"],
         "peak_gpu_memory_mb": result["summary"].get("peak_gpu_memory_mb"),

@@ -84,6 +84,11 @@ def target(args: Args, task: Task, seed: int) -> str:
     return os.path.join(args.out, f"{task.label}__{task.env_id}__{args.path}__s{seed}.json")
 
 
+# What every run's command gets from long_runs, not from --extra-flags.
+OWN_FLAGS = ("--env-id", "--seed", "--num-seeds", "--total-timesteps", "--compile", "--no-compile", "--cudagraphs",
+             "--no-cudagraphs", "--save-model", "--checkpoint-every", "--runs-dir", "--resume")
+
+
 def flags_of(args: Args, task: Task, seed: int, num_seeds: int = 1) -> list[str]:
     return ["--env-id", task.env_id, "--seed", str(seed), *(["--num-seeds", str(num_seeds)] if num_seeds > 1 else []),
             "--total-timesteps", str(task.steps), *PATH_FLAGS[args.path], *task.flags, *shlex.split(args.extra_flags)]
@@ -177,9 +182,10 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
     first_dir = newest_run(runs_dir, seeds[0])
     for seed, record in zip(seeds, records, strict=True):
         unrecorded = newest_run(runs_dir, seed)  # a segment whose call was killed before it wrote this JSON
-        if unrecorded and record["segments"] and os.path.relpath(unrecorded, ROOT) != record["segments"][-1]["run_dir"]:
+        last = record["segments"][-1] if record["segments"] else {"run_dir": None, "steps": 0}
+        if unrecorded and os.path.relpath(unrecorded, ROOT) != last["run_dir"]:
             summary = read_summary(unrecorded, first_dir)
-            if summary.get("checkpoint") and summary["steps"] > record["segments"][-1]["steps"]:
+            if summary.get("checkpoint") and summary["steps"] > last["steps"]:
                 record["segments"].append(segment(unrecorded, summary, concurrent_runs))
     # The seeds of one process share its checkpoint: they resume together or start over together.
     checkpoints = {record["segments"][-1]["checkpoint"] if record["segments"] else None for record in records}
@@ -240,6 +246,17 @@ def main(args: Args) -> None:
         raise UserError(f"--suite must be parity or long (got {args.suite})")
     if args.num_seeds < 1:
         raise UserError(f"--num-seeds must be >= 1 (got {args.num_seeds})")
+    if args.path not in PATH_FLAGS:
+        raise UserError(f"--path {args.path}: choose from {', '.join(PATH_FLAGS)}")
+    import torch
+
+    if "cudagraphs" in args.path and not torch.cuda.is_available():  # the run would go on without graphs
+        raise UserError(f"--path {args.path} captures CUDA graphs and this machine has no CUDA: pass --path eager "
+                        "(as the parity rows run on CPUs) or --path compile")
+    ours = {flag.split("=")[0] for flag in shlex.split(args.extra_flags)} & set(OWN_FLAGS)
+    if ours:  # a record's budget, seeds and path must be the ones it is filed under
+        raise UserError(f"--extra-flags {' '.join(sorted(ours))}: long_runs sets it from the task and its own "
+                        "flags (--labels, --envs, --seeds, --num-seeds, --path); a shorter run is a task of its own")
     args.out = args.out or os.path.join(ROOT, "results", *(("parity", "runs") if args.suite == "parity" else
                                                             ("learning",)))
     args.runs_dir = os.path.abspath(args.runs_dir or os.path.join(ROOT, "runs", "long"))  # the runs start in ROOT

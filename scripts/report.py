@@ -1,7 +1,7 @@
 """Turn benchmark results (one JSON per run, from scripts/benchmark.py) into tables and plots.
 
     python scripts/report.py                       # results/*/ -> results/README.md + PNGs, README speed table
-    python scripts/report.py --results results-x --readme ""   # another folder, leave README.md alone
+    python scripts/report.py --results results-x   # another folder: README.md left alone
     python scripts/report.py --check               # exit 1 if a generated table differs from the committed one
 
 For every suite folder under `--results` it writes a section of `<results>/README.md`: steps/s per path and
@@ -58,7 +58,7 @@ class Args:
     """folder whose subfolders (one per suite) hold the JSON of each run (none: this repository's results/)"""
     readme: str | None = None
     """README whose speed-table block gets the first speed suite's table ("" to leave it alone; none: this
-    repository's README.md)"""
+    repository's README.md when --results is this repository's results/, else none)"""
     plots: bool = True
     """draw the PNG plots (needs matplotlib); the tables link them either way"""
     check: bool = False
@@ -452,6 +452,12 @@ def plot_parity(runs: list[dict], env_id: str, path: str) -> None:
 def parity_report(folder: str, plots: bool = True) -> str:
     """results/parity/README.md: the parity table, one plot per env, the command; from folder/runs/*.json."""
     runs = load(os.path.join(folder, "runs"))
+    files = defaultdict(list)
+    for run in runs:
+        files[run["algo"], run["env_id"], run["seed"]].append(run["file"])
+    twice = next((names for names in files.values() if len(names) > 1), None)
+    if twice:  # the paths compute one algorithm: a seed run on two would count twice in its row
+        raise UserError(f"{os.path.join(folder, 'runs')}: {' and '.join(twice)} are one seed of one row; keep one")
     out = ["# Learning parity with CleanRL", "",
            "Each script against the CleanRL script it reproduces, on CleanRL's benchmark: its env versions, budgets",
            "and default hyperparameters (`scripts/registry.py`, `parity` tasks); seeds: 5 on MuJoCo v4, 3 on classic",
@@ -495,8 +501,9 @@ def parity_report(folder: str, plots: bool = True) -> str:
 def report(args: Args) -> dict[str, str]:
     """Every generated Markdown file, path -> text: `<results>/README.md`, `<results>/parity/README.md` and the
     README's table blocks. The plots are written here (unless --no-plots); the texts by the caller (`write`)."""
+    own = args.results is None  # another folder's tables do not belong in this repository's README
     args = replace(args, results=args.results or os.path.join(ROOT, "results"),
-                   readme=os.path.join(ROOT, "README.md") if args.readme is None else args.readme)
+                   readme=(os.path.join(ROOT, "README.md") if own else "") if args.readme is None else args.readme)
     if not os.path.isdir(args.results):
         raise UserError(f"--results {args.results} is not a folder; pass the folder of the suites' records")
     suites = sorted(d for d in os.listdir(args.results) if glob.glob(os.path.join(args.results, d, "*.json")))

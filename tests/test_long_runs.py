@@ -127,3 +127,45 @@ def test_seeds_share_a_process_only_in_scripts_that_have_num_seeds(tmp_path, mon
     for seed in (1, 2):
         record = json.load(open(tmp_path / "out" / f"pqn__CartPole-v1__eager__s{seed}.json"))
         assert record["status"] == "ok" and "--num-seeds" not in record["command"]
+
+
+def test_a_first_segment_whose_call_was_stopped_is_resumed_not_started_over(tmp_path, monkeypatch, capsys):
+    """Ctrl-C stops long_runs and its runs at once: the runs save their checkpoints, long_runs writes no JSON. The
+    next call resumes from those checkpoints (it started over when the run had no recorded segment yet)."""
+    task = Task("dqn", "CartPole-v1", steps=8_000, eager_steps=8_000, flags=TASK.flags)
+    monkeypatch.setattr(long_runs, "ALGORITHMS", {"dqn": Algorithm("dqn", parity=(task,))})
+    args = long_runs.Args(seeds=[1], path="eager", out=str(tmp_path / "out"), runs_dir=str(tmp_path / "runs"))
+    runs_dir = tmp_path / "runs" / "dqn-CartPole-v1-s1"
+    process = subprocess.Popen([sys.executable, "algos/dqn.py", *long_runs.flags_of(args, task, 1), "--save-model",
+                                "--checkpoint-every", "1000", "--runs-dir", str(runs_dir)],
+                               cwd=long_runs.ROOT, stderr=subprocess.DEVNULL)
+    while not glob.glob(str(runs_dir / "*" / "dqn-step*.pt")):
+        assert process.poll() is None, "the run ended before its first periodic checkpoint"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    process.wait()
+    [stopped] = glob.glob(str(runs_dir / "*"))
+
+    long_runs.main(args)
+
+    assert "starting over" not in capsys.readouterr().out
+    record = json.load(open(tmp_path / "out" / "dqn__CartPole-v1__eager__s1.json"))
+    assert record["status"] == "ok" and record["reached"] == 8_000 and len(record["segments"]) == 2
+    assert record["segments"][0]["run_dir"] == os.path.relpath(stopped, long_runs.ROOT)
+
+
+def test_bad_flags_of_long_runs_are_one_line(monkeypatch):
+    import pytest
+    import torch
+
+    from turborl.errors import UserError
+
+    for flags, message in ((dict(path="eager", extra_flags="--total-timesteps 20000 --async-envs"),
+                            "--extra-flags --total-timesteps"),  # a shorter run filed as one at the full budget
+                           (dict(path="eager", extra_flags="--seed=3"), "--extra-flags --seed: long_runs sets it"),
+                           (dict(path="graphs"), "--path graphs: choose from eager, compile"),
+                           (dict(path="compile+cudagraphs"), "this machine has no CUDA: pass --path eager")):
+        if "cudagraphs" in flags.get("path", "") and torch.cuda.is_available():
+            continue
+        with pytest.raises(UserError, match=message):
+            long_runs.main(long_runs.Args(**flags))

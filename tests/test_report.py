@@ -283,3 +283,36 @@ def test_the_report_of_a_folder_that_is_not_a_results_folder_is_one_line(tmp_pat
                                  folder], cwd=tmp_path, capture_output=True, text=True, check=False)
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and expected in result.stderr, result.stderr
+
+
+def test_a_benchmark_run_that_ended_early_is_recorded_as_failed(tmp_path):
+    # Ctrl-C reaches the benchmark's runs too: a run that stopped there exits 0 with its summary "interrupted"; it
+    # was recorded "ok" (no episodes, a NaN return), and later calls skipped it
+    measured = {"steady_sps": None, "steady_sps_whole": None, "startup_seconds": None, "floor_us": None,
+                "summary": {"status": "interrupted", "steps": 120, "wall_seconds": 1.0, "episodes": 0,
+                            "mean_return_last20": float("nan"), "run_dir": str(tmp_path)}}
+    (tmp_path / "measure.json").write_text(json.dumps(measured))
+    with open(tmp_path / "stderr.log", "w+") as stderr:
+        process = subprocess.Popen([sys.executable, "-c", "pass"])
+        record = benchmark.measure_runs({"seed": 1}, [(str(tmp_path), process, stderr)], timeout=60, processes=1)
+    assert record["status"] == "failed" and record["error"] == "the run ended interrupted, before its budget"
+
+
+def test_the_report_of_another_results_folder_leaves_this_repositorys_readme_alone(tmp_path):
+    import shutil
+
+    shutil.copytree(os.path.join(ROOT, "results", "speed"), tmp_path / "results" / "speed")  # a speed suite
+    readme = os.path.join(ROOT, "README.md")
+    files = report.report(report.Args(results=str(tmp_path / "results"), plots=False))
+    assert str(tmp_path / "results" / "README.md") in files and readme not in files  # it got this README's table
+    assert readme in report.report(report.Args(plots=False))  # the repository's own results: its README too
+
+
+def test_a_parity_seed_on_record_twice_is_refused_not_counted_twice(tmp_path):
+    os.makedirs(tmp_path / "runs")
+    for path in ("eager", "compile+cudagraphs"):  # e.g. long_runs' default path beside the rows run eager on CPUs
+        with open(tmp_path / "runs" / f"pqn__CartPole-v1__{path}__s1.json", "w") as f:
+            json.dump({**parity_run("pqn", "CartPole-v1", 1, 480.0), "path": path}, f)
+    with pytest.raises(UserError, match="pqn__CartPole-v1__compile.cudagraphs__s1.json and pqn__CartPole-v1__eager__s1"
+                                        ".json are one seed of one row; keep one"):
+        report.parity_report(str(tmp_path), plots=False)
