@@ -12,8 +12,8 @@ The tasks are scripts/registry.py's. Each run is a subprocess that runs a script
 (the JSON's `command`) under scripts/measure.py, and its JSON holds the steady-state steps/s (median of the
 windows after compile and capture), the startup (compile + capture) seconds, the loop's time per step next to
 the floor (the same captured calls replayed back to back with no simulator), the return curve, and the machine
-and versions. A failed run is written with its error, never dropped. Runs whose JSON already says "ok" are
-skipped (resumable).
+and versions. A failed run is written with its error, never dropped. Runs whose JSON already says "ok" at the
+same --scale are skipped (resumable).
 """
 
 from __future__ import annotations
@@ -285,6 +285,8 @@ def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
                 continue
             if path == "reduce-overhead" and "--inductor" in task.flags:  # a second --inductor would replace it
                 continue
+            if not cuda and path in ("cudagraphs", "compile+cudagraphs", "reduce-overhead"):  # graphs need CUDA:
+                continue  # without, the run is eager's or compile's, filed under a path it did not take
             for seed in args.seeds if (args.suite == "speed" or path != "eager") else args.seeds[:1]:
                 runs.append((task, path, seed))
     return runs
@@ -329,8 +331,9 @@ def main(args: Args) -> None:
     def measured(run: tuple[Task, str, int]) -> dict:
         task, path, seed = run
         target = os.path.join(out, f"{task.label}__{task.env_id}__{path}__s{seed}.json")
-        if not args.force and os.path.exists(target) and json.load(open(target)).get("status") == "ok":
-            return json.load(open(target))
+        kept = json.load(open(target)) if not args.force and os.path.exists(target) else {}
+        if kept.get("status") == "ok" and kept.get("scale") == args.scale:  # another --scale is another run
+            return kept
         record = run_one(task, path, seed, args.scale, args.timeout, args.processes)
         record["machine"], record["suite"], record["scale"] = info, args.suite, args.scale
         record["concurrent_runs"] = jobs

@@ -316,3 +316,25 @@ def test_a_parity_seed_on_record_twice_is_refused_not_counted_twice(tmp_path):
     with pytest.raises(UserError, match="pqn__CartPole-v1__compile.cudagraphs__s1.json and pqn__CartPole-v1__eager__s1"
                                         ".json are one seed of one row; keep one"):
         report.parity_report(str(tmp_path), plots=False)
+
+
+def test_a_benchmark_call_at_another_scale_runs_again(tmp_path, monkeypatch):
+    recorded = json.load(open(os.path.join(ROOT, "results", "speed", "dqn__CartPole-v1__compile+cudagraphs__s1.json")))
+    calls = []
+    monkeypatch.setattr(benchmark, "run_one", lambda task, path, seed, scale, *rest: calls.append(scale) or {
+        k: v for k, v in recorded.items() if k not in ("machine", "suite", "scale", "concurrent_runs")})
+    for scale in (0.05, 0.05, 0.1):  # the second call keeps the first's record; the third is another run
+        benchmark.main(benchmark.Args(labels=["dqn"], paths=["eager"], scale=scale, out=str(tmp_path)))
+    assert calls == [0.05, 0.1]
+
+
+def test_a_benchmark_without_cuda_runs_no_graph_path():
+    # without CUDA a graph path runs as eager or compile: its record would name a path the run did not take
+    args = benchmark.Args(labels=["dqn"])
+    assert sorted({path for _, path, _ in benchmark.plan(args, cuda=False)}) == ["compile", "eager"]
+    assert len({path for _, path, _ in benchmark.plan(args, cuda=True)}) == 5
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="the ones that match need CUDA"):
+            benchmark.main(benchmark.Args(labels=["dqn"], paths=["cudagraphs"]))
