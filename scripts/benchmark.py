@@ -155,6 +155,15 @@ def return_curve(metrics_csv: str, max_points: int = 200) -> dict:
     return {"steps": [r[0] for r in kept], "seconds": [r[1] for r in kept], "returns": [r[2] for r in kept]}
 
 
+def gpu_sharing() -> str | None:
+    """How processes share this machine's GPU: "mps" (a CUDA MPS daemon runs), "time-sliced", or None (no GPU)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return "mps" if mps_daemon_running() else "time-sliced"
+
+
 def mps_daemon_running() -> bool:
     """Whether a CUDA MPS control daemon runs on this machine: without one, CUDA quietly time-slices, whatever
     CUDA_MPS_PIPE_DIRECTORY says."""
@@ -229,7 +238,7 @@ def measure_runs(record: dict, runs: list, timeout: float, processes: int) -> di
     if processes > 1:
         record.update(processes=processes, seeds=[seed + i for i in range(processes)],
                       steady_sps_per_process=[r["steady_sps"] for r in results],
-                      gpu_sharing="mps" if mps_daemon_running() else "time-sliced")
+                      gpu_sharing=gpu_sharing())
     return {
         **record, "status": "ok",
         "steady_sps": sps,

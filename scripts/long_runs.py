@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from scripts.benchmark import PATH_FLAGS, machine, mps_daemon_running  # noqa: E402
+from scripts.benchmark import PATH_FLAGS, gpu_sharing, machine  # noqa: E402
 from scripts.registry import ALGORITHMS, Task  # noqa: E402
 from turborl.errors import UserError, run_tool  # noqa: E402
 
@@ -208,7 +208,7 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
 def finish(args: Args, run: Launched, info: dict) -> list[dict]:
     """The JSON of each seed of the run after its process ended: a new segment, and `ok`, `partial` or `failed`."""
     task, first_dir = run.task, newest_run(run.runs_dir, run.seeds[0])
-    sharing = "mps" if mps_daemon_running() else "time-sliced"  # CUDA MPS: the runs' kernels share the GPU at once
+    sharing = gpu_sharing()  # CUDA MPS: the runs' kernels share the GPU at once
     for seed, record, path in zip(run.seeds, run.records, run.paths, strict=True):
         run_dir = newest_run(run.runs_dir, seed)
         summary = read_summary(run_dir, first_dir)

@@ -611,7 +611,8 @@ def main(cli_args: Args) -> None:
         sys.exit(1 if differing else 0)
     generated = report(cli_args)
     write(generated)
-    print(f"wrote {', '.join(os.path.relpath(path) for path in generated)} and the plots")
+    print(f"wrote {', '.join(os.path.relpath(path) for path in generated)}" + (" and the plots" if cli_args.plots
+                                                                               else ""))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ def test_a_suite_runs_two_seeds_in_one_place_and_records_each(tmp_path, monkeypa
         record = json.load(open(out / f"dqn__CartPole-v1__eager__s{seed}.json"))
         assert record["status"] == "ok" and record["reached"] == 3000 and len(record["segments"]) == 1
         assert record["concurrent_runs"] == 1 and f"--seed {seed} " in record["command"]
+        assert (record["gpu_sharing"] is None) == (record["machine"]["gpu"] is None)  # no GPU, nothing shared
         with open(os.path.join(long_runs.ROOT, record["segments"][0]["run_dir"], "metrics.csv")) as f:
             returns = [float(r["value"]) for r in csv.DictReader(f) if r["name"] == "episodic_return"]
         assert record["return_last100"] == sum(returns[-100:]) / len(returns[-100:])
