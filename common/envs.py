@@ -69,8 +69,7 @@ def make_env(
 
     def thunk(index: int):
         def make():
-            quiet_model_deprecations(spec)  # here: in each subprocess of --async-envs too
-            return recorded(spec, staging) if capture_video and index == 0 else gym.make(spec)
+            return make_one(spec, staging if index == 0 else None)  # here: in each subprocess of --async-envs too
 
         return make
 
@@ -133,12 +132,16 @@ def quiet_model_deprecations(spec) -> None:
     mujoco.set_mju_user_warning(warn)
 
 
-def recorded(env_id, folder: str, **record_kwargs) -> gym.Env:
-    """A gymnasium env whose episodes RecordVideo writes into `folder`, from rgb_array frames. Those need no display:
-    SDL (pygame, which draws classic control) is told so, else a machine without one gets its 'error: XDG_RUNTIME_DIR
-    is invalid' line in a run that works."""
+def make_one(spec, video_folder: str | None = None, **record_kwargs) -> gym.Env:
+    """One gymnasium env, made from its spec (gym.make of an id warns that a -v4 one is old), without MuJoCo's
+    deprecation warnings; with `video_folder`, RecordVideo writes its episodes there from rgb_array frames. Those
+    need no display: SDL (pygame, which draws classic control) is told so, else a machine without one gets its
+    'error: XDG_RUNTIME_DIR is invalid' line in a run that works."""
+    quiet_model_deprecations(spec)
+    if video_folder is None:
+        return gym.make(spec)
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    return gym.wrappers.RecordVideo(gym.make(env_id, render_mode="rgb_array"), folder, disable_logger=True,
+    return gym.wrappers.RecordVideo(gym.make(spec, render_mode="rgb_array"), video_folder, disable_logger=True,
                                     **record_kwargs)
 
 

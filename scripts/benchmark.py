@@ -155,6 +155,11 @@ def return_curve(metrics_csv: str, max_points: int = 200) -> dict:
     return {"steps": [r[0] for r in kept], "seconds": [r[1] for r in kept], "returns": [r[2] for r in kept]}
 
 
+def captures_graphs(path: str) -> bool:
+    """Whether `path` captures CUDA graphs (ours or torch's): without CUDA it would run as eager or compile."""
+    return any(flag in ("--cudagraphs", "triton.cudagraphs=True") for flag in PATH_FLAGS[path])
+
+
 def gpu_sharing() -> str | None:
     """How processes share this machine's GPU: "mps" (a CUDA MPS daemon runs), "time-sliced", or None (no GPU)."""
     import torch
@@ -294,8 +299,8 @@ def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
                 continue
             if path == "reduce-overhead" and "--inductor" in task.flags:  # a second --inductor would replace it
                 continue
-            if not cuda and path in ("cudagraphs", "compile+cudagraphs", "reduce-overhead"):  # graphs need CUDA:
-                continue  # without, the run is eager's or compile's, filed under a path it did not take
+            if not cuda and captures_graphs(path):  # the run would be eager's or compile's, filed under this path
+                continue
             for seed in args.seeds if (args.suite == "speed" or path != "eager") else args.seeds[:1]:
                 runs.append((task, path, seed))
     return runs

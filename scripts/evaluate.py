@@ -27,7 +27,7 @@ import tyro
 
 from turborl.atari import ale_rom
 from turborl.cli import UserError, check, cli
-from turborl.envs import missing_extra, quiet_model_deprecations, recorded
+from turborl.envs import make_one, missing_extra
 
 
 @dataclass
@@ -68,10 +68,8 @@ def main(args: Args) -> dict:
         check(not args.capture_video, "--capture-video: Atari runs are evaluated without video here")
         return report(path, env_id, *run_games(policy, env_id, args, trained_on), args)
     try:
-        spec = gym.spec(env_id)  # made from its spec, as training makes it: no warning that a -v4 id is old
-        quiet_model_deprecations(spec)
-        env = (recorded(spec, os.path.join(folder, "eval-videos"), episode_trigger=lambda _: True)
-               if args.capture_video else gym.make(spec))
+        env = make_one(gym.spec(env_id), os.path.join(folder, "eval-videos") if args.capture_video else None,
+                       episode_trigger=lambda _: True)  # as training makes its envs
     except gym.error.DependencyNotInstalled as err:
         raise missing_extra(env_id, err) from None
     except gym.error.Error as err:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from scripts.benchmark import PATH_FLAGS, gpu_sharing, machine  # noqa: E402
+from scripts.benchmark import PATH_FLAGS, captures_graphs, gpu_sharing, machine  # noqa: E402
 from scripts.registry import ALGORITHMS, Task  # noqa: E402
 from turborl.errors import UserError, run_tool  # noqa: E402
 
@@ -250,7 +250,7 @@ def main(args: Args) -> None:
         raise UserError(f"--path {args.path}: choose from {', '.join(PATH_FLAGS)}")
     import torch
 
-    if "cudagraphs" in args.path and not torch.cuda.is_available():  # the run would go on without graphs
+    if captures_graphs(args.path) and not torch.cuda.is_available():  # the run would go on without graphs
         raise UserError(f"--path {args.path} captures CUDA graphs and this machine has no CUDA: pass --path eager "
                         "(as the parity rows run on CPUs) or --path compile")
     ours = {flag.split("=")[0] for flag in shlex.split(args.extra_flags)} & set(OWN_FLAGS)
