@@ -8,6 +8,8 @@ CleanRL's benchmark envs, versions, budgets, default flags and seeds) and the re
 Runs wait for a place (--jobs) and start as others end. With --deadline, the runs still going are stopped with
 Ctrl-C (each checkpoints where an iteration ends) and the next call resumes them, so a suite longer than one
 sitting runs call after call (e.g. `--labels td3 sac --envs Hopper-v4 --deadline 540`, again until all are ok).
+A run whose process ended on its own after its call had stopped (killed, say, so that the run could pass its
+deadline) is recorded by the next call from its folders, not run again.
 The runs' folders stay under --runs-dir between calls. Each run gets one JSON in --out, in the learning suite's
 format: `partial` with its segments until it is done, then `ok` with the return curve stitched over the segments
 (wall seconds add up across them), the mean return of its last 20 training episodes, and the mean return of 10
@@ -170,7 +172,7 @@ class Launched:
     records: list[dict]
     paths: list[str]
     runs_dir: str
-    process: subprocess.Popen
+    process: subprocess.Popen | None  # None: it ended without this call (`launch`)
     log: str
     concurrent_runs: int
 
@@ -180,6 +182,15 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
     runs_dir = os.path.join(args.runs_dir, f"{task.label}-{task.env_id}-s{seeds[0]}"
                             + (f"-{seeds[-1]}" if len(seeds) > 1 else ""))
     first_dir = newest_run(runs_dir, seeds[0])
+    log = os.path.join(runs_dir, f"segment{len(records[0]['segments']) + 1}.log")
+    ended = [run_dir is not None and read_summary(run_dir).get("status") == "done"
+             and os.path.relpath(run_dir, ROOT) not in {s["run_dir"] for s in record["segments"]}
+             for run_dir, record in zip([newest_run(runs_dir, seed) for seed in seeds], records, strict=True)]
+    if all(ended):
+        # The process ran to its end after the call that started it had stopped (killed, or stopped so that the
+        # run could pass its --deadline): record it, without a process.
+        print(f"{', '.join(os.path.basename(path) for path in paths)}: finished after its call; recorded")
+        return Launched(task, seeds, records, paths, runs_dir, None, log, concurrent_runs)
     for seed, record in zip(seeds, records, strict=True):
         unrecorded = newest_run(runs_dir, seed)  # a segment whose call was killed before it wrote this JSON
         last = record["segments"][-1] if record["segments"] else {"run_dir": None, "steps": 0}
@@ -198,7 +209,6 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
     command = [sys.executable, f"algos/{task.script}.py", *flags_of(args, task, seeds[0], len(seeds)), "--save-model",
                "--checkpoint-every", str(args.checkpoint_every), "--runs-dir", runs_dir, *resume]
     os.makedirs(runs_dir, exist_ok=True)
-    log = os.path.join(runs_dir, f"segment{len(records[0]['segments']) + 1}.log")
     # One CPU thread each: a dozen runs share the cores, and their tiny networks gain nothing from more.
     env = {"OMP_NUM_THREADS": "1", **os.environ}
     process = subprocess.Popen(command, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
@@ -311,7 +321,11 @@ def main(args: Args) -> None:
     while (pending or running) and time.time() - start < stop_at:
         while pending and len(running) < args.jobs:
             task, group, paths = pending.pop(0)
-            running[paths[0]] = launch(args, task, group, paths, concurrent)
+            run = launch(args, task, group, paths, concurrent)
+            if run.process is None:
+                records.update(zip(run.paths, finish(args, run, info), strict=True))
+            else:
+                running[paths[0]] = run
         time.sleep(5)
         for path in [path for path, run in running.items() if run.process.poll() is not None]:
             run = running.pop(path)

@@ -155,6 +155,28 @@ def test_a_first_segment_whose_call_was_stopped_is_resumed_not_started_over(tmp_
     assert record["segments"][0]["run_dir"] == os.path.relpath(stopped, long_runs.ROOT)
 
 
+def test_a_run_that_ended_after_its_call_is_recorded_not_run_again(tmp_path, monkeypatch, capsys):
+    """A run's process goes on when its long_runs is stopped (here: a process that long_runs did not start), and ends
+    on its own: the next call records each of its seeds from their folders, with the evaluation, and runs nothing."""
+    monkeypatch.setattr(long_runs, "ALGORITHMS", {"dqn": Algorithm("dqn", parity=(TASK,))})
+    args = long_runs.Args(seeds=[1, 2], num_seeds=2, path="eager", out=str(tmp_path / "out"),
+                          runs_dir=str(tmp_path / "runs"))
+    runs_dir = tmp_path / "runs" / "dqn-CartPole-v1-s1-2"
+    subprocess.run([sys.executable, "algos/dqn.py", *long_runs.flags_of(args, TASK, 1, 2), "--save-model",
+                    "--runs-dir", str(runs_dir)], cwd=long_runs.ROOT, check=True, capture_output=True)
+    folders = sorted(glob.glob(str(runs_dir / "*")))
+
+    long_runs.main(args)
+
+    assert "finished after its call; recorded" in capsys.readouterr().out
+    assert sorted(glob.glob(str(runs_dir / "*"))) == folders  # no new run: its process did not start
+    for seed in (1, 2):
+        record = json.load(open(tmp_path / "out" / f"dqn__CartPole-v1__eager__s{seed}.json"))
+        assert record["status"] == "ok" and record["reached"] == 3000 and len(record["segments"]) == 1
+        assert record["segments"][0]["run_dir"].endswith(f"__dqn__{seed}__" + folders[0].rsplit("__", 1)[1])
+        assert record["eval_return"] is not None and record["num_seeds"] == 2
+
+
 def test_bad_flags_of_long_runs_are_one_line(monkeypatch):
     import pytest
     import torch
