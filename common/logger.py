@@ -200,7 +200,8 @@ class RunLogger:
         if self._bar is not None:
             self._bar.update(advanced)
             if now - self._last_print > 0.5:
-                self._bar.set_postfix(sps=f"{self._recent_sps(step, now):.0f}", ret=f"{self.mean_return():.1f}")
+                returns = {"ret": f"{self.mean_return():.1f}"} if self.returns else {}  # not `nan` before the first
+                self._bar.set_postfix(sps=f"{self._recent_sps(step, now):.0f}", **returns)
                 self._last_print = now
         elif now - self._last_print > self._print_every and not self.quiet:
             self._last_print = now

@@ -310,6 +310,25 @@ def test_the_progress_line_shows_the_recent_rate(tmp_path, monkeypatch, capsys):
         ["sps 1", "no episode ended"], ["sps 1000", "no episode ended"], ["sps 91", "return(last 2) 4.0"]]
 
 
+def test_the_progress_bar_shows_a_return_once_an_episode_ended(tmp_path, monkeypatch):
+    import tqdm
+
+    postfixes = []
+    monkeypatch.setattr(tqdm.tqdm, "set_postfix", lambda bar, **shown: postfixes.append(shown))
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: the bar, not the lines
+    clock = [1000.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    logger = RunLogger(_Args(), "algo", total_steps=1000, device=torch.device("cpu"), run_root=str(tmp_path))
+    for step in (10, 20, 30):
+        clock[0] += 1
+        logger.progress(step)
+        if step == 20:
+            logger.log_episodes(step, [(20.0, 10)])
+    logger.close()
+    assert [sorted(shown) for shown in postfixes] == [["sps"], ["sps"], ["ret", "sps"]]
+    assert postfixes[-1]["ret"] == "20.0"
+
+
 def test_run_folders_are_unique_even_when_runs_start_in_the_same_second(tmp_path, monkeypatch):
     monkeypatch.setattr(time, "time", lambda: 1_700_000_000.0)
     loggers = [RunLogger(_Args(), "algo", 100, device="cpu", run_root=str(tmp_path)) for _ in range(3)]
