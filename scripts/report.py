@@ -150,7 +150,9 @@ def learning_table(runs: list[dict]) -> list[str]:
         lines.append(f"| {algo} | {env_id} | {path} | {fmt(group[0]['steps'])} | {seeds} | {spread} | "
                      f"{fmt(reference.mean if reference else None, ',.1f')}{version} | {wall} | "
                      f"{fmt(statistics.mean(solved), '.1f') if solved else '–'} |")
-    lines += ["", "`solved s`: seconds from the run's start (compile and capture included) until the mean return "
+    lines += ["", "`return at budget`: each seed's mean return over its last 20 training episodes, then the mean ± std "
+              "over seeds (the parity tables average CleanRL's last 100).",
+              "", "`solved s`: seconds from the run's start (compile and capture included) until the mean return "
               "of the last 100 episodes reached `--stop-at-return`. Eager runs one seed on a shorter budget: it is "
               "the wall-time reference of the return-vs-time plot, not a return at the default budget."]
     shared = sorted({r.get("concurrent_runs", 1) for r in runs} - {1})
