@@ -51,7 +51,8 @@ def test_measure_counts_every_seed_of_a_num_seeds_run(tmp_path):
     would (the other seeds' loggers report the same steps)."""
     from scripts import measure
 
-    flags = ["--env-id", "Pendulum-v1", "--total-timesteps", "2000", "--learning-starts", "300", "--runs-dir"]
+    flags = ["--env-id", "Pendulum-v1", "--total-timesteps", "2000", "--learning-starts", "300", "--batch-size", "32",
+             "--runs-dir"]  # small updates: this measures counting, not learning
     lone = measure.measure(measure.Args(script="td3", out=str(tmp_path / "1.json")), [*flags, str(tmp_path / "a")])
     three = measure.measure(measure.Args(script="td3", out=str(tmp_path / "3.json")),
                             [*flags, str(tmp_path / "b"), "--num-seeds", "3"])
