@@ -332,9 +332,11 @@ def parity_rows(runs: list[dict], short: bool = False) -> list[str]:
     return lines
 
 
-def aggregate_rows(runs: list[dict]) -> list[tuple[str, list[str], int, tuple[float, float, float]]]:
-    """Per script: the MuJoCo v4 tasks whose row has all its seeds, the seeds used per task, and the IQM with its
-    interval of the CleanRL-normalized scores (a seed's return / CleanRL's mean on that task), `[seeds, tasks]`."""
+def aggregate_rows(runs: list[dict]) -> list[tuple[str, list[str], int, tuple[float, float, float], dict]]:
+    """Per script: the MuJoCo v4 tasks whose row has all its seeds, the seeds used per task, the IQM with its
+    interval of the CleanRL-normalized scores (a seed's return / CleanRL's mean on that task), `[seeds, tasks]`, and
+    the tasks with more seeds on record (task: which it uses, of how many). Every task enters with the same number
+    of seeds, its lowest-numbered (the suite's own): rliable's tasks weigh alike."""
     rows = []
     for algo in sorted({label for env_id, label in PARITY_TASKS if env_id in MUJOCO_V4}):
         columns = {}
@@ -344,12 +346,16 @@ def aggregate_rows(runs: list[dict]) -> list[tuple[str, list[str], int, tuple[fl
                 continue
             ok = sorted((r for r in runs if (r["env_id"], r["algo"], r["status"]) == (env_id, algo, "ok")),
                         key=lambda r: r["seed"])
-            scores = [v / reference.mean for v in (seed_return(r, reference) for r in ok) if v is not None]
-            if len(scores) >= PARITY_TASKS[(env_id, algo)].seeds:
-                columns[env_id] = scores
+            scored = [(r["seed"], v / reference.mean) for r, v in ((r, seed_return(r, reference)) for r in ok)
+                      if v is not None]  # (seed, score), by seed
+            if len(scored) >= PARITY_TASKS[(env_id, algo)].seeds:
+                columns[env_id] = scored
         if columns:
-            n = min(len(scores) for scores in columns.values())
-            rows.append((algo, list(columns), n, iqm_interval([[c[i] for c in columns.values()] for i in range(n)])))
+            n = min(len(scored) for scored in columns.values())
+            more = {env_id: f"seeds {scored[0][0]}-{scored[n - 1][0]} of its {len(scored)}"
+                    for env_id, scored in columns.items() if len(scored) > n}
+            rows.append((algo, list(columns), n,
+                         iqm_interval([[c[i][1] for c in columns.values()] for i in range(n)]), more))
     return rows
 
 
@@ -405,9 +411,9 @@ def plot_aggregate(rows: list[tuple], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 0.6 + 0.5 * len(rows)))
-    for i, (*_, (iqm, low, high)) in enumerate(rows):
+    for i, (_, _, _, (iqm, low, high), _) in enumerate(rows):
         ax.errorbar([iqm], [i], xerr=[[iqm - low], [high - iqm]], fmt="o", capsize=4, color=f"C{i}")
-    ax.set_yticks(range(len(rows)), [f"{algo} ({len(tasks)} tasks x {n} seeds)" for algo, tasks, n, _ in rows],
+    ax.set_yticks(range(len(rows)), [f"{algo} ({len(tasks)} tasks x {n} seeds)" for algo, tasks, n, *_ in rows],
                   fontsize=8)
     ax.axvline(1.0, color="gray", linestyle="--", linewidth=1)
     ax.set_xlabel("IQM of return / CleanRL's mean, 95% stratified-bootstrap interval", fontsize=8)
@@ -484,10 +490,12 @@ def parity_report(folder: str, plots: bool = True) -> str:
                 "Per script, the interquartile mean (IQM) of the CleanRL-normalized score (each seed's return over "
                 "CleanRL's mean on that task, as the rows above compare them) across the MuJoCo v4 tasks whose rows "
                 "have all their seeds, with its 95% stratified-bootstrap interval (`rliable`, 2,000 resamples of the "
-                "seeds within each task). 1.0 is CleanRL's mean.", "",
+                "seeds within each task). 1.0 is CleanRL's mean. Every task enters with as many seeds as the fewest "
+                "has, its lowest-numbered (the suite's own), so that the tasks weigh alike.", "",
                 "| script | tasks | seeds per task | IQM [95% CI] |", "|---|---|---:|---:|"]
-        out += [f"| {algo} | {', '.join(tasks)} | {n} | {iqm:.3f} [{low:.3f}, {high:.3f}] |"
-                for algo, tasks, n, (iqm, low, high) in rows]
+        out += [f"| {algo} | {', '.join(tasks)} | {n}"
+                + "".join(f" ({env_id}: {used})" for env_id, used in more.items())
+                + f" | {iqm:.3f} [{low:.3f}, {high:.3f}] |" for algo, tasks, n, (iqm, low, high), more in rows]
         out += ["", "![aggregate](aggregate.png)", ""]
         if plots:
             plot_aggregate(rows, os.path.join(folder, "aggregate.png"))

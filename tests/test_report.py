@@ -163,6 +163,24 @@ def parity_run(algo, env_id, seed, last100, status="ok", **extra):
     return run
 
 
+def test_the_aggregate_weighs_tasks_alike_and_names_the_seeds_it_leaves_out(tmp_path):
+    """A row with more seeds than the others (td3 HalfCheetah-v4 has 10) enters the aggregate with as many as the
+    fewest, its lowest-numbered, and the table says which."""
+    hopper, walker = report.CLEANRL[("td3", "Hopper-v4")], report.CLEANRL[("td3", "Walker2d-v4")]
+    spread = (-100, -50, 0, 50, 100)
+    runs = [parity_run("td3", "Hopper-v4", s, hopper.mean + d) for s, d in enumerate(spread, 1)]
+    runs += [parity_run("td3", "Walker2d-v4", s, walker.mean + d) for s, d in enumerate(spread, 1)]
+    runs += [parity_run("td3", "Walker2d-v4", s, 10 * walker.mean) for s in (6, 7)]  # would move the IQM if counted
+    os.makedirs(tmp_path / "runs")
+    for i, run in enumerate(runs):
+        (tmp_path / "runs" / f"{i}.json").write_text(json.dumps(run))
+
+    text = report.parity_report(str(tmp_path), plots=False)
+
+    assert "| td3 | Walker2d-v4, Hopper-v4 | 5 (Walker2d-v4: seeds 1-5 of its 7) | 1.000 [" in text
+    assert "| Walker2d-v4 | td3 | 7 |" in text  # the row itself reports every seed
+
+
 def test_parity_report_passes_fails_and_lists_what_is_not_run(tmp_path):
     hopper, sac_hopper = report.CLEANRL[("td3", "Hopper-v4")], report.CLEANRL[("sac", "Hopper-v4")]
     below = sac_hopper.mean - sac_hopper.std - 100  # fails by 100
