@@ -245,8 +245,12 @@ def plot_returns(runs: list[dict], path: str) -> None:
     plt.close(fig)
 
 
-PARITY_COMMAND = """nvidia-cuda-mps-control -d      # one GPU: the runs' kernels share it at once, not taking turns
-python scripts/long_runs.py --labels td3 sac --num-seeds 5  # MuJoCo: a task's 5 seeds in one process
+PARITY_COMMAND = """# MuJoCo v4, td3 and sac: a task's 5 seeds in one process, each seed's env stepping in a subprocess
+python scripts/long_runs.py --labels td3 sac --num-seeds 5 --extra-flags=--async-envs
+# MuJoCo v4, ppo: eager on the CPU's cores (CUDA hidden), 10 side by side
+CUDA_VISIBLE_DEVICES= python scripts/long_runs.py --labels ppo --envs HalfCheetah-v4 Walker2d-v4 Hopper-v4 Ant-v4 \\
+    --path eager --jobs 10
+nvidia-cuda-mps-control -d      # one GPU: the runs' kernels share it at once, not taking turns
 python scripts/long_runs.py     # the rest: every parity task x its seeds, 12 side by side, to the end (resumable)
 python scripts/report.py        # -> results/parity/README.md and its plots"""
 
