@@ -9,7 +9,8 @@ Runs wait for a place (--jobs) and start as others end. With --deadline, the run
 Ctrl-C (each checkpoints where an iteration ends) and the next call resumes them, so a suite longer than one
 sitting runs call after call (e.g. `--labels td3 sac --envs Hopper-v4 --deadline 540`, again until all are ok).
 A run whose process ended on its own after its call had stopped (killed, say, so that the run could pass its
-deadline) is recorded by the next call from its folders, not run again.
+deadline) is recorded by the next call from its folders, not run again: start that call once the process has
+ended (one still running would be resumed beside itself from its last checkpoint).
 The runs' folders stay under --runs-dir between calls. Each run gets one JSON in --out, in the learning suite's
 format: `partial` with its segments until it is done, then `ok` with the return curve stitched over the segments
 (wall seconds add up across them), the mean return of its last 20 training episodes, and the mean return of 10
@@ -177,19 +178,29 @@ class Launched:
     concurrent_runs: int
 
 
+def process_dir(args: Args, task: Task, seeds: list[int]) -> str:
+    """The folder of one process's run folders (a seed's folder each), kept between calls: by task, path and seeds,
+    so that a call on another path never takes these runs for its own."""
+    return os.path.join(args.runs_dir, f"{task.label}-{task.env_id}-{args.path}-s{seeds[0]}"
+                        + (f"-{seeds[-1]}" if len(seeds) > 1 else ""))
+
+
 def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurrent_runs: int) -> Launched:
     records = [json.load(open(path)) if os.path.exists(path) else {"segments": []} for path in paths]
-    runs_dir = os.path.join(args.runs_dir, f"{task.label}-{task.env_id}-s{seeds[0]}"
-                            + (f"-{seeds[-1]}" if len(seeds) > 1 else ""))
+    runs_dir = process_dir(args, task, seeds)
     first_dir = newest_run(runs_dir, seeds[0])
-    log = os.path.join(runs_dir, f"segment{len(records[0]['segments']) + 1}.log")
     ended = [run_dir is not None and read_summary(run_dir).get("status") == "done"
              and os.path.relpath(run_dir, ROOT) not in {s["run_dir"] for s in record["segments"]}
              for run_dir, record in zip([newest_run(runs_dir, seed) for seed in seeds], records, strict=True)]
     if all(ended):
         # The process ran to its end after the call that started it had stopped (killed, or stopped so that the
-        # run could pass its --deadline): record it, without a process.
+        # run could pass its --deadline): record it, without a process. Its segments before the last are the
+        # record's (a chain of killed calls in between is not followed).
         print(f"{', '.join(os.path.basename(path) for path in paths)}: finished after its call; recorded")
+        for record in records:
+            record["note"] = ("recorded after its process ended by a later call, from its run folders: the date, "
+                              "machine, gpu_sharing and concurrent_runs of its last segment are that call's")
+        log = os.path.join(runs_dir, f"segment{len(records[0]['segments']) + 1}.log")  # the ended process's own
         return Launched(task, seeds, records, paths, runs_dir, None, log, concurrent_runs)
     for seed, record in zip(seeds, records, strict=True):
         unrecorded = newest_run(runs_dir, seed)  # a segment whose call was killed before it wrote this JSON
@@ -209,6 +220,7 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
     command = [sys.executable, f"algos/{task.script}.py", *flags_of(args, task, seeds[0], len(seeds)), "--save-model",
                "--checkpoint-every", str(args.checkpoint_every), "--runs-dir", runs_dir, *resume]
     os.makedirs(runs_dir, exist_ok=True)
+    log = os.path.join(runs_dir, f"segment{len(records[0]['segments']) + 1}.log")
     # One CPU thread each: a dozen runs share the cores, and their tiny networks gain nothing from more.
     env = {"OMP_NUM_THREADS": "1", **os.environ}
     process = subprocess.Popen(command, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)

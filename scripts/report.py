@@ -339,8 +339,8 @@ def parity_rows(runs: list[dict], short: bool = False) -> list[str]:
 def aggregate_rows(runs: list[dict]) -> list[tuple[str, list[str], int, tuple[float, float, float], dict]]:
     """Per script: the MuJoCo v4 tasks whose row has all its seeds, the seeds used per task, the IQM with its
     interval of the CleanRL-normalized scores (a seed's return / CleanRL's mean on that task), `[seeds, tasks]`, and
-    the tasks with more seeds on record (task: which it uses, of how many). Every task enters with the same number
-    of seeds, its lowest-numbered (the suite's own): rliable's tasks weigh alike."""
+    the tasks that enter with other seeds than 1 to n (task: which, of how many). Every task enters with the same
+    number of seeds, its lowest-numbered (the suite's own): rliable's tasks weigh alike."""
     rows = []
     for algo in sorted({label for env_id, label in PARITY_TASKS if env_id in MUJOCO_V4}):
         columns = {}
@@ -356,8 +356,13 @@ def aggregate_rows(runs: list[dict]) -> list[tuple[str, list[str], int, tuple[fl
                 columns[env_id] = scored
         if columns:
             n = min(len(scored) for scored in columns.values())
-            more = {env_id: f"seeds {scored[0][0]}-{scored[n - 1][0]} of its {len(scored)}"
-                    for env_id, scored in columns.items() if len(scored) > n}
+            more = {}  # the tasks that enter with other seeds than 1 to n: which
+            for env_id, scored in columns.items():
+                used = [seed for seed, _ in scored[:n]]
+                if len(scored) > n or used != list(range(1, n + 1)):
+                    more[env_id] = ("seeds " + (f"{used[0]}-{used[-1]}" if used == list(range(used[0], used[-1] + 1))
+                                                else ", ".join(map(str, used)))
+                                    + (f" of its {len(scored)}" if len(scored) > n else ""))
             rows.append((algo, list(columns), n,
                          iqm_interval([[c[i][1] for c in columns.values()] for i in range(n)]), more))
     return rows

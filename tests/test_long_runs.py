@@ -6,6 +6,7 @@ import csv
 import glob
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -81,7 +82,7 @@ def test_a_segment_whose_call_was_killed_is_found_and_resumed(tmp_path, monkeypa
     seeds = [1, 2]
     args = long_runs.Args(seeds=seeds, num_seeds=num_seeds, path="eager", out=str(tmp_path / "out"),
                           runs_dir=str(tmp_path / "runs"))
-    runs_dir = tmp_path / "runs" / "dqn-CartPole-v1-s1-2"
+    runs_dir = pathlib.Path(long_runs.process_dir(args, task, seeds))
     command = [sys.executable, "algos/dqn.py", *long_runs.flags_of(args, task, 1, num_seeds), "--save-model",
                "--checkpoint-every", "1000", "--runs-dir", str(runs_dir)]
 
@@ -136,7 +137,7 @@ def test_a_first_segment_whose_call_was_stopped_is_resumed_not_started_over(tmp_
     task = Task("dqn", "CartPole-v1", steps=8_000, eager_steps=8_000, flags=TASK.flags)
     monkeypatch.setattr(long_runs, "ALGORITHMS", {"dqn": Algorithm("dqn", parity=(task,))})
     args = long_runs.Args(seeds=[1], path="eager", out=str(tmp_path / "out"), runs_dir=str(tmp_path / "runs"))
-    runs_dir = tmp_path / "runs" / "dqn-CartPole-v1-s1"
+    runs_dir = pathlib.Path(long_runs.process_dir(args, task, [1]))
     process = subprocess.Popen([sys.executable, "algos/dqn.py", *long_runs.flags_of(args, task, 1), "--save-model",
                                 "--checkpoint-every", "1000", "--runs-dir", str(runs_dir)],
                                cwd=long_runs.ROOT, stderr=subprocess.DEVNULL)
@@ -161,10 +162,11 @@ def test_a_run_that_ended_after_its_call_is_recorded_not_run_again(tmp_path, mon
     monkeypatch.setattr(long_runs, "ALGORITHMS", {"dqn": Algorithm("dqn", parity=(TASK,))})
     args = long_runs.Args(seeds=[1, 2], num_seeds=2, path="eager", out=str(tmp_path / "out"),
                           runs_dir=str(tmp_path / "runs"))
-    runs_dir = tmp_path / "runs" / "dqn-CartPole-v1-s1-2"
+    runs_dir = pathlib.Path(long_runs.process_dir(args, TASK, [1, 2]))
     subprocess.run([sys.executable, "algos/dqn.py", *long_runs.flags_of(args, TASK, 1, 2), "--save-model",
                     "--runs-dir", str(runs_dir)], cwd=long_runs.ROOT, check=True, capture_output=True)
     folders = sorted(glob.glob(str(runs_dir / "*")))
+    by_seed = {int(os.path.basename(folder).split("__")[2]): folder for folder in folders}
 
     long_runs.main(args)
 
@@ -173,8 +175,11 @@ def test_a_run_that_ended_after_its_call_is_recorded_not_run_again(tmp_path, mon
     for seed in (1, 2):
         record = json.load(open(tmp_path / "out" / f"dqn__CartPole-v1__eager__s{seed}.json"))
         assert record["status"] == "ok" and record["reached"] == 3000 and len(record["segments"]) == 1
-        assert record["segments"][0]["run_dir"].endswith(f"__dqn__{seed}__" + folders[0].rsplit("__", 1)[1])
-        assert record["eval_return"] is not None and record["num_seeds"] == 2
+        assert record["segments"][0]["run_dir"] == os.path.relpath(by_seed[seed], long_runs.ROOT)
+        assert record["eval_return"] is not None and record["num_seeds"] == 2 and "later call" in record["note"]
+
+    # A call on another path looks for its runs elsewhere: it never files these under its own path.
+    assert long_runs.process_dir(long_runs.Args(**{**vars(args), "path": "compile"}), TASK, [1, 2]) != str(runs_dir)
 
 
 def test_bad_flags_of_long_runs_are_one_line(monkeypatch):

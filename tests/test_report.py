@@ -171,13 +171,15 @@ def test_the_aggregate_weighs_tasks_alike_and_names_the_seeds_it_leaves_out(tmp_
     runs = [parity_run("td3", "Hopper-v4", s, hopper.mean + d) for s, d in enumerate(spread, 1)]
     runs += [parity_run("td3", "Walker2d-v4", s, walker.mean + d) for s, d in enumerate(spread, 1)]
     runs += [parity_run("td3", "Walker2d-v4", s, 10 * walker.mean) for s in (6, 7)]  # would move the IQM if counted
+    runs[0]["seed"] = 9  # Hopper-v4's seeds 2-5 and 9
     os.makedirs(tmp_path / "runs")
     for i, run in enumerate(runs):
         (tmp_path / "runs" / f"{i}.json").write_text(json.dumps(run))
 
     text = report.parity_report(str(tmp_path), plots=False)
 
-    assert "| td3 | Walker2d-v4, Hopper-v4 | 5 (Walker2d-v4: seeds 1-5 of its 7) | 1.000 [" in text
+    assert ("| td3 | Walker2d-v4, Hopper-v4 | 5 (Walker2d-v4: seeds 1-5 of its 7) (Hopper-v4: seeds 2, 3, 4, 5, 9) | "
+            "1.000 [") in text
     assert "| Walker2d-v4 | td3 | 7 |" in text  # the row itself reports every seed
 
 
