@@ -162,9 +162,10 @@ def test_each_ppo_seed_exports_its_own_policy_with_its_own_statistics(tmp_path):
     assert len(set(actions)) == 3  # three different policies
 
 
-# Small budgets on CPU (with 2 seeds, TD3's seed 1 was at -401 over its last 10 episodes at 8k steps); DQN's are
-# tests/test_dqn.py's, its bar 195 over the last 20 episodes. TD3 and SAC sample 128 transitions per update, not 256:
-# half the arithmetic of an update, which bounds these runs on a CPU, and both seeds still clear the bar by ~150.
+# Small budgets on CPU (with 2 seeds and 256 transitions per update, TD3's seed 1 was at -401 over its last 10
+# episodes at 8k steps); DQN's are tests/test_dqn.py's, its bar 195 over the last 20 episodes. TD3 and SAC sample 128
+# per update, not 256: half the arithmetic of an update, which bounds these runs on a CPU, and both seeds still clear
+# the bar by ~150.
 LEARN = {"td3": ("--env-id", "Pendulum-v1", "--total-timesteps", "10000", "--learning-starts", "1000",
                  "--batch-size", "128"),
          "sac": ("--env-id", "Pendulum-v1", "--total-timesteps", "6000", "--learning-starts", "1000",
