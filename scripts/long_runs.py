@@ -189,26 +189,25 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
     records = [json.load(open(path)) if os.path.exists(path) else {"segments": []} for path in paths]
     runs_dir = process_dir(args, task, seeds)
     first_dir = newest_run(runs_dir, seeds[0])
-    ended = [run_dir is not None and read_summary(run_dir).get("status") == "done"
-             and os.path.relpath(run_dir, ROOT) not in {s["run_dir"] for s in record["segments"]}
-             for run_dir, record in zip([newest_run(runs_dir, seed) for seed in seeds], records, strict=True)]
-    if all(ended):
-        # The process ran to its end after the call that started it had stopped (killed, or stopped so that the
-        # run could pass its --deadline): record it, without a process. Its segments before the last are the
-        # record's (a chain of killed calls in between is not followed).
-        print(f"{', '.join(os.path.basename(path) for path in paths)}: finished after its call; recorded")
-        for record in records:
-            record["note"] = ("recorded after its process ended by a later call, from its run folders: the date, "
-                              "machine, gpu_sharing and concurrent_runs of its last segment are that call's")
-        log = os.path.join(runs_dir, f"segment{len(records[0]['segments']) + 1}.log")  # the ended process's own
-        return Launched(task, seeds, records, paths, runs_dir, None, log, concurrent_runs)
+    ended = []  # per seed: whether the segment taken in below ran to the end
     for seed, record in zip(seeds, records, strict=True):
-        unrecorded = newest_run(runs_dir, seed)  # a segment whose call was killed before it wrote this JSON
+        # A segment whose call was killed (or stopped, so that the run could pass its --deadline) before it wrote
+        # this JSON; a chain of such calls gives only its newest.
+        unrecorded, done = newest_run(runs_dir, seed), False
         last = record["segments"][-1] if record["segments"] else {"run_dir": None, "steps": 0}
         if unrecorded and os.path.relpath(unrecorded, ROOT) != last["run_dir"]:
             summary = read_summary(unrecorded, first_dir)
             if summary.get("checkpoint") and summary["steps"] > last["steps"]:
                 record["segments"].append(segment(unrecorded, summary, concurrent_runs))
+                done = summary["status"] == "done"
+        ended.append(done)
+    if all(ended):  # its process ran to the end on its own: `finish` records it, and nothing runs again
+        print(f"{', '.join(os.path.basename(path) for path in paths)}: finished after its call; recorded")
+        for record in records:
+            record["note"] = ("recorded after its process ended by a later call, from its run folders: the date, "
+                              "machine, gpu_sharing and concurrent_runs of its last segment are that call's")
+        log = os.path.join(runs_dir, f"segment{len(records[0]['segments'])}.log")  # the ended process's own
+        return Launched(task, seeds, records, paths, runs_dir, None, log, concurrent_runs)
     # The seeds of one process share its checkpoint: they resume together or start over together.
     checkpoints = {record["segments"][-1]["checkpoint"] if record["segments"] else None for record in records}
     last = next(iter(checkpoints)) if len(checkpoints) == 1 else None
@@ -234,7 +233,7 @@ def finish(args: Args, run: Launched, info: dict) -> list[dict]:
     for seed, record, path in zip(run.seeds, run.records, run.paths, strict=True):
         run_dir = newest_run(run.runs_dir, seed)
         summary = read_summary(run_dir, first_dir)
-        if summary.get("checkpoint"):
+        if summary.get("checkpoint") and run.process is not None:  # else `launch` took its segment in
             record["segments"].append(segment(run_dir, summary, run.concurrent_runs))
         record.update({
             "algo": task.label, "env_id": task.env_id, "path": args.path, "seed": seed, "steps": task.steps,
