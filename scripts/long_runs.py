@@ -302,7 +302,8 @@ def main(args: Args) -> None:
             path = target(args, task, seed)
             if not wanted(task, seed):
                 continue
-            if os.path.exists(path) and json.load(open(path)).get("status") == "ok":
+            on_any_path = glob.glob(os.path.join(args.out, f"{task.label}__{task.env_id}__*__s{seed}.json"))
+            if any(json.load(open(done)).get("status") == "ok" for done in on_any_path):  # a row counts a seed once
                 finished += 1
                 continue
             if task.cuda_only and not info.get("gpu"):

@@ -251,7 +251,7 @@ python scripts/long_runs.py --labels td3 sac --num-seeds 5 --extra-flags=--async
 CUDA_VISIBLE_DEVICES= python scripts/long_runs.py --labels ppo --envs HalfCheetah-v4 Walker2d-v4 Hopper-v4 Ant-v4 \\
     --path eager --jobs 10
 nvidia-cuda-mps-control -d      # one GPU: the runs' kernels share it at once, not taking turns
-python scripts/long_runs.py     # the rest: every parity task x its seeds, 12 side by side, to the end (resumable)
+python scripts/long_runs.py     # the rest (a seed ok on any path is done), 12 side by side, to the end (resumable)
 python scripts/report.py        # -> results/parity/README.md and its plots"""
 
 

@@ -43,6 +43,8 @@ def test_a_suite_runs_two_seeds_in_one_place_and_records_each(tmp_path, monkeypa
 
     long_runs.main(long_runs.Args(**args))  # both done: nothing to run
     assert "0 runs in 0 processes, 0 side by side (2 more selected are ok already" in capsys.readouterr().out
+    long_runs.main(long_runs.Args(**{**args, "path": "compile"}))  # nor on another path: a row counts a seed once
+    assert "0 runs in 0 processes, 0 side by side (2 more selected are ok already" in capsys.readouterr().out
 
 
 def test_seeds_share_a_process_and_each_gets_its_own_record(tmp_path, monkeypatch, capsys):
