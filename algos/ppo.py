@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from turborl.checkpoints import Checkpoints, export_policy
-from turborl.cli import RunArgs, check, check_ppo_args, check_run_args, cli, pick_device, seed_everything
+from turborl.cli import OptionalFlag, RunArgs, check, check_ppo_args, check_run_args, cli, pick_device, seed_everything
 from turborl.envs import action_space, final_observations, make_env, track_episodes
 from turborl.link import EnvLink, EnvStep
 from turborl.numerics import Normalization, draw_noise_, put, reverse_scan
@@ -76,9 +76,9 @@ class Args(RunArgs):
     """gradient clipping norm"""
     normalize: bool | None = None
     """normalize observations and rewards with running statistics (none: off discrete, on continuous)"""
-    async_envs: bool | None = None
-    """step envs in subprocesses (none: on when there are several envs of a costly simulator and --env-threads
-    is 1)"""
+    async_envs: OptionalFlag = None
+    """step the envs (every seed's) in subprocesses, one each, while the rollout waits (left out: where that was
+    measured to pay, 5 envs or more of a costly simulator such as MuJoCo on 8 CPU cores or more; `False`: never)"""
     env_threads: int = 1
     """threads that step the envs (every seed's), each its share of them, while the rollout waits: MuJoCo lets go of
     Python's lock while it simulates, so a costly simulator's envs step side by side (0: one per env, at most one
@@ -160,12 +160,6 @@ class DeterministicPolicy(nn.Module):
         return action if self.agent.discrete else torch.max(torch.min(action, self.high), self.low)
 
 
-def is_cheap(env_id: str) -> bool:
-    """Classic control and toy text: stepping costs less than a subprocess round trip."""
-    entry = str(gym.spec(env_id).entry_point)
-    return "classic_control" in entry or "toy_text" in entry
-
-
 def resolve_defaults(args: Args) -> bool:
     """Fill the defaults chosen by the action space, check every value; returns whether actions are discrete."""
     check(args.env_backend == "gymnasium",
@@ -177,8 +171,6 @@ def resolve_defaults(args: Args) -> bool:
     for name, value in (DISCRETE_DEFAULTS if discrete else CONTINUOUS_DEFAULTS).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    if args.async_envs is None:
-        args.async_envs = args.num_envs > 1 and not is_cheap(args.env_id) and args.env_threads == 1
     check_ppo_args(args)
     check_num_seeds(args)
     return discrete

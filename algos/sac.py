@@ -28,7 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from turborl.checkpoints import Checkpoints, export_policy
-from turborl.cli import RunArgs, check, check_fits, check_run_args, cli, pick_device, seed_everything
+from turborl.cli import OptionalFlag, RunArgs, check, check_fits, check_run_args, cli, pick_device, seed_everything
 from turborl.envs import final_observations, make_env, track_episodes
 from turborl.link import EnvLink, EnvStep
 from turborl.paths import ExecutionPath
@@ -68,9 +68,9 @@ class Args(RunArgs):
     num_seeds: int = 1
     """independent runs trained together, seeds --seed to --seed + N - 1: each has its own envs (--num-envs),
     networks, temperature, replay memory and run folder; one batched kernel serves all N"""
-    async_envs: bool = False
-    """step the envs (every seed's) in subprocesses, one each, while the main process waits: for --num-seeds runs
-    of a costly simulator on a machine with cores to spare"""
+    async_envs: OptionalFlag = None
+    """step the envs (every seed's) in subprocesses, one each, while the main process waits (left out: where that
+    was measured to pay, 5 envs or more of a costly simulator such as MuJoCo on 8 CPU cores or more; `False`: never)"""
     env_threads: int = 1
     """threads that step the envs (every seed's), each its share of them, while the loop waits: MuJoCo lets go of
     Python's lock while it simulates, so a costly simulator's envs step side by side (0: one per env, at most one

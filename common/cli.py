@@ -10,16 +10,31 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import numpy as np
 import torch
+import tyro
 
 from .checkpoints import load_checkpoint
+from .envs import subprocesses_pay
 from .errors import UserError, check
 from .paths import inductor_options
 
 T = TypeVar("T")
+
+
+def _flag_value(words: list[str]) -> bool:
+    if len(words) > 1 or words and words[0] not in ("True", "False"):
+        raise ValueError("expected True or False, or nothing (True)")
+    return not words or words[0] == "True"
+
+
+# A flag that the script decides when it is left out (None): given bare it is True, as a plain flag is
+# (`--async-envs`), and `--async-envs False` turns it off.
+OptionalFlag = Annotated[bool | None, tyro.constructors.PrimitiveConstructorSpec(
+    nargs="*", metavar="[True|False]", instance_from_str=_flag_value, is_instance=lambda x: x is None or
+    isinstance(x, bool), str_from_instance=lambda x: [str(x)])]
 
 
 @dataclass
@@ -173,7 +188,8 @@ def cli(main: Callable[[T], dict | None], args_type: type[T], argv: list[str] | 
 
 
 def check_run_args(args: RunArgs) -> None:
-    """The checks of every flag that more than one script has; each script checks its own hyperparameters."""
+    """The checks of every flag that more than one script has; each script checks its own hyperparameters.
+    An --async-envs left out (td3, sac, ppo) becomes what was measured to pay for the run's envs on this machine."""
     for name in ("total_timesteps", "num_envs"):
         value = getattr(args, name, None)
         check(value is None or value > 0, f"--{name.replace('_', '-')} must be positive (got {value})")
@@ -189,6 +205,9 @@ def check_run_args(args: RunArgs) -> None:
     check(args.checkpoint_every == 0 or args.save_model, "--checkpoint-every needs --save-model")
     check(args.env_backend in ("gymnasium", "torch", "mjwarp"),
           f"--env-backend must be gymnasium, torch or mjwarp (got {args.env_backend!r})")
+    if getattr(args, "async_envs", False) is None:  # every seed's envs step together: one vector env of them all
+        args.async_envs = (args.env_backend == "gymnasium" and getattr(args, "env_threads", 1) == 1
+                           and subprocesses_pay(args.env_id, args.num_envs * getattr(args, "num_seeds", 1)))
     check(not getattr(args, "async_envs", False) or args.env_backend == "gymnasium",
           "--async-envs steps gymnasium envs in subprocesses; device envs (--env-backend torch or mjwarp) step on "
           "the device: leave it out")

@@ -103,6 +103,17 @@ def env_threads(requested: int, num_envs: int) -> int:
     return requested or min(num_envs, os.cpu_count() or 1)
 
 
+def subprocesses_pay(env_id: str, num_envs: int) -> bool:
+    """Whether `num_envs` gymnasium envs step faster each in a subprocess of its own (--async-envs) than one after
+    another in the loop's thread, as measured in results/experiments/vector-envs: for a simulator that costs more
+    than a subprocess round trip (not classic control or toy text), 5 envs or more (one Hopper env took 1.8x longer
+    in a subprocess, five ran 1.7x faster, on 16 cores), on 8 CPU cores or more (on 2, subprocesses lost at every
+    count)."""
+    entry = str(_spec(env_id).entry_point)
+    cheap = "classic_control" in entry or "toy_text" in entry
+    return not cheap and num_envs >= 5 and (os.cpu_count() or 1) >= 8
+
+
 def record_videos_in(envs, folder: str) -> None:
     """--capture-video: env 0 records into `folder` (the run folder's videos/, made after the envs) from now on;
     the folder it was made with goes, empty."""

@@ -83,6 +83,35 @@ def test_envs_stepped_side_by_side_give_the_same_runs(tmp_path, monkeypatch, fla
     assert {"qf_loss", "episodic_return"} <= {name for _, name, _ in runs[0][1]}
 
 
+@pytest.mark.parametrize("cores", [16, 2])
+def test_async_envs_left_out_steps_in_subprocesses_where_that_was_measured_to_pay(monkeypatch, cores):
+    """--async-envs left out: subprocesses for 5 envs or more of a costly simulator, every seed's counted, on 8
+    cores or more (results/experiments/vector-envs); the flag given, or another way to step them, wins."""
+    from algos import ppo, sac, td3
+    from turborl.cli import check_run_args, parse
+
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+
+    def resolved(script, *flags):
+        args = parse(script.Args, ["--no-cuda", *flags], "")
+        if script is ppo:
+            ppo.resolve_defaults(args)  # its action space's defaults first, --num-envs among them, as its main does
+        check_run_args(args)
+        return args.async_envs
+
+    many = cores >= 8
+    assert resolved(td3, "--env-id", "HalfCheetah-v4", "--num-seeds", "5") is many
+    assert resolved(sac, "--env-id", "Hopper-v4", "--num-envs", "5") is many
+    assert resolved(ppo, "--env-id", "Ant-v4", "--num-seeds", "10") is many
+    assert resolved(td3, "--env-id", "HalfCheetah-v4", "--num-seeds", "4") is False  # fewer than 5 envs
+    assert resolved(ppo, "--env-id", "CartPole-v1", "--num-envs", "16") is False  # cheaper than a round trip
+    assert resolved(td3, "--env-id", "HalfCheetah-v4", "--num-seeds", "5", "--env-threads", "2") is False
+    assert resolved(td3, "--env-id", "Pendulum-v1", "--num-seeds", "8", "--env-backend", "torch") is False
+    assert resolved(td3, "--env-id", "HalfCheetah-v4", "--num-seeds", "5", "--async-envs", "False") is False
+    assert resolved(sac, "--env-id", "Pendulum-v1", "--async-envs") is True  # bare, as the records' commands have it
+    assert resolved(ppo, "--env-id", "Pendulum-v1", "--async-envs", "True") is True
+
+
 def test_a_resume_that_adds_async_envs_steps_its_envs_in_subprocesses(tmp_path, monkeypatch):
     """--async-envs may be added on resume (a bigger machine): the envs saved in the run's process give way to
     subprocesses, with fresh episodes (the saved ones kept stepping in the loop's thread)."""
