@@ -111,7 +111,9 @@ def subprocesses_pay(env_id: str, num_envs: int) -> bool:
     count)."""
     entry = str(_spec(env_id).entry_point)
     cheap = "classic_control" in entry or "toy_text" in entry
-    return not cheap and num_envs >= 5 and (os.cpu_count() or 1) >= 8
+    # the cores this process may run on (a container's or taskset's share), not the host's
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return not cheap and num_envs >= 5 and cores >= 8
 
 
 def record_videos_in(envs, folder: str) -> None:

@@ -86,11 +86,13 @@ def test_envs_stepped_side_by_side_give_the_same_runs(tmp_path, monkeypatch, fla
 @pytest.mark.parametrize("cores", [16, 2])
 def test_async_envs_left_out_steps_in_subprocesses_where_that_was_measured_to_pay(monkeypatch, cores):
     """--async-envs left out: subprocesses for 5 envs or more of a costly simulator, every seed's counted, on 8
-    cores or more (results/experiments/vector-envs); the flag given, or another way to step them, wins."""
+    cores or more of this process's share (results/experiments/vector-envs); the flag given, or another way to step
+    them, wins."""
     from algos import ppo, sac, td3
     from turborl.cli import check_run_args, parse
 
-    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)  # the host's cores; this process may run on `cores` of them
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
 
     def resolved(script, *flags):
         args = parse(script.Args, ["--no-cuda", *flags], "")
