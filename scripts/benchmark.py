@@ -240,6 +240,8 @@ def measure_runs(record: dict, runs: list, timeout: float, processes: int) -> di
     result = results[0]
     sps = sum(r["steady_sps"] for r in results) if all(r["steady_sps"] for r in results) else None
     metrics_csv = os.path.join(result["summary"]["run_dir"], "metrics.csv")  # the first process's first seed
+    with open(os.path.join(result["summary"]["run_dir"], "args.json")) as f:
+        run_args = json.load(f)
     if processes > 1:
         record.update(processes=processes, seeds=[seed + i for i in range(processes)],
                       steady_sps_per_process=[r["steady_sps"] for r in results],
@@ -259,6 +261,8 @@ def measure_runs(record: dict, runs: list, timeout: float, processes: int) -> di
         "solved_seconds": (metric_values(metrics_csv, "solved_seconds") or [None])[-1],
         "episodes": result["summary"]["episodes"],
         "peak_gpu_memory_mb": result["summary"].get("peak_gpu_memory_mb"),
+        # whether the envs stepped in subprocesses: left out, --async-envs depends on the machine's cores
+        **({"async_envs": run_args["async_envs"]} if "async_envs" in run_args else {}),
         "curve": return_curve(metrics_csv),
     }
 

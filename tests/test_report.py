@@ -14,11 +14,22 @@ from tests.helpers import ROOT
 from turborl.errors import UserError
 
 
+def test_a_speed_record_says_whether_the_envs_stepped_in_subprocesses(tmp_path):
+    """--async-envs left out depends on the machine's cores, so the record keeps what the run resolved."""
+    benchmark.main(benchmark.Args(labels=["ppo"], envs=["CartPole-v1"], paths=["eager"], scale=0.02, variant="async",
+                                  extra_flags="--async-envs", out=str(tmp_path)))
+    with open(tmp_path / "ppo-async__CartPole-v1__eager__s1.json") as f:
+        record = json.load(f)
+    assert record["status"] == "ok" and record["async_envs"] is True
+    assert "--async-envs" in record["command"]
+
+
 def test_benchmark_records_a_real_run_and_a_failed_one(tmp_path):
     benchmark.main(benchmark.Args(algos=["dqn"], paths=["eager"], scale=0.02, out=str(tmp_path)))
     with open(tmp_path / "dqn__CartPole-v1__eager__s1.json") as f:
         ok = json.load(f)
     assert ok["status"] == "ok" and ok["steady_sps"] > 0 and ok["steps"] == 1000
+    assert "async_envs" not in ok  # dqn has no such flag
     assert ok["command"].startswith("python algos/dqn.py --env-id CartPole-v1")
     assert ok["startup_seconds"] >= 0 and ok["steady_sps_whole"] > 0
     assert ok["machine"]["torch"] and ok["machine"]["device"] == ("cuda" if ok["machine"]["gpu"] else "cpu")
