@@ -33,8 +33,8 @@ def _flag_value(words: list[str]) -> bool:
 # A flag that the script decides when it is left out (None): given bare it is True, as a plain flag is
 # (`--async-envs`), and `--async-envs False` turns it off.
 OptionalFlag = Annotated[bool | None, tyro.constructors.PrimitiveConstructorSpec(
-    nargs="*", metavar="[True|False]", instance_from_str=_flag_value, is_instance=lambda x: x is None or
-    isinstance(x, bool), str_from_instance=lambda x: [str(x)])]
+    nargs="*", metavar="[True|False]", instance_from_str=_flag_value,
+    is_instance=lambda x: x is None or isinstance(x, bool), str_from_instance=lambda x: [str(x)])]
 
 
 @dataclass

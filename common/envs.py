@@ -98,9 +98,14 @@ def make_env(
     return envs
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (a container's or taskset's share), not the host's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def env_threads(requested: int, num_envs: int) -> int:
-    """The threads that step `num_envs` envs: `requested`, or for 0 one per env, at most one per CPU core."""
-    return requested or min(num_envs, os.cpu_count() or 1)
+    """The threads that step `num_envs` envs: `requested`, or for 0 one per env, at most one per usable core."""
+    return requested or min(num_envs, usable_cores())
 
 
 def subprocesses_pay(env_id: str, num_envs: int) -> bool:
@@ -111,9 +116,7 @@ def subprocesses_pay(env_id: str, num_envs: int) -> bool:
     count)."""
     entry = str(_spec(env_id).entry_point)
     cheap = "classic_control" in entry or "toy_text" in entry
-    # the cores this process may run on (a container's or taskset's share), not the host's
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return not cheap and num_envs >= 5 and cores >= 8
+    return not cheap and num_envs >= 5 and usable_cores() >= 8
 
 
 def record_videos_in(envs, folder: str) -> None:
