@@ -14,15 +14,18 @@ FAST = ["--total-timesteps", "25000", "--learning-starts", "1000", "--train-freq
         "--target-network-frequency", "250", "--exploration-fraction", "0.2", "--learning-rate", "5e-4"]
 
 
-def test_dqn_learns_cartpole_and_cudagraphs_without_cuda_falls_back(tmp_path):
-    """Run with --cudagraphs on a CPU-only machine: one warning, then a normal run that learns."""
+def test_dqn_learns_cartpole_every_seed_and_cudagraphs_without_cuda_falls_back(tmp_path):
+    """Run two seeds (--num-seeds 2) with --cudagraphs on a CPU-only machine: one warning, then a normal run in
+    which each seed learns. DQN's learning test and its every-seed test (tests/test_seeds.py's for the others) in
+    one run: two runs of the same budget cost the suite ~100 s more on 2 cores."""
     if torch.cuda.is_available():
         pytest.skip("checks the no-CUDA fallback")
-    result = run_script("dqn", *FAST, "--cudagraphs", "--seed", "1", "--runs-dir", str(tmp_path))
+    result = run_script("dqn", *FAST, "--cudagraphs", "--seed", "1", "--num-seeds", "2", "--runs-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr.count("--cudagraphs needs a CUDA device") == 1
-    [run_dir] = glob.glob(str(tmp_path / "CartPole-v1__dqn__1__*"))
-    returns = metric(run_dir, "episodic_return")
-    assert sum(returns[-20:]) / 20 >= 195, returns[-20:]
-    summary = json.load(open(os.path.join(run_dir, "summary.json")))
-    assert summary["steps"] == 25000 and summary["sps"] > 0
+    for seed in (1, 2):
+        [run_dir] = glob.glob(str(tmp_path / f"CartPole-v1__dqn__{seed}__*"))
+        returns = metric(run_dir, "episodic_return")
+        assert sum(returns[-20:]) / 20 >= 195, (seed, returns[-20:])
+        summary = json.load(open(os.path.join(run_dir, "summary.json")))
+        assert summary["steps"] == 25000 and summary["sps"] > 0

@@ -17,7 +17,6 @@ import pytest
 import torch
 
 from tests.helpers import ROOT, assert_user_error, metric, run_main, run_script
-from tests.test_dqn import FAST as DQN_FAST
 from turborl import envs as turborl_envs
 
 SCRIPTS = ["td3", "sac"]
@@ -194,18 +193,17 @@ def test_each_ppo_seed_exports_its_own_policy_with_its_own_statistics(tmp_path):
 
 
 # Small budgets on CPU (with 2 seeds and 256 transitions per update, TD3's seed 1 was at -401 over its last 10
-# episodes at 8k steps); DQN's are tests/test_dqn.py's, its bar 195 over the last 20 episodes. TD3 and SAC sample 128
+# episodes at 8k steps). DQN's every-seed run is tests/test_dqn.py's learning test. TD3 and SAC sample 128
 # per update, not 256: half the arithmetic of an update, which bounds these runs on a CPU, and both seeds still clear
 # the bar by ~150.
 LEARN = {"td3": ("--env-id", "Pendulum-v1", "--total-timesteps", "10000", "--learning-starts", "1000",
                  "--batch-size", "128"),
          "sac": ("--env-id", "Pendulum-v1", "--total-timesteps", "6000", "--learning-starts", "1000",
                  "--batch-size", "128"),
-         "dqn": tuple(DQN_FAST),
          "ppo": ("--total-timesteps", "80000")}  # CartPole: seed 1 at ~340 over its last 20 episodes by 80k
 
 
-@pytest.mark.parametrize("script", [*SCRIPTS, "dqn", "ppo"])
+@pytest.mark.parametrize("script", [*SCRIPTS, "ppo"])
 def test_every_seed_learns(tmp_path, script):
     result = run_script(script, *LEARN[script], "--num-seeds", "2", "--runs-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -213,7 +211,7 @@ def test_every_seed_learns(tmp_path, script):
     assert len(folders) == 2
     for run_dir in folders:
         returns = metric(run_dir, "episodic_return")
-        if script in ("dqn", "ppo"):
+        if script == "ppo":
             assert np.mean(returns[-20:]) >= 195, (run_dir, returns[-20:])
         else:
             assert np.mean(returns[-10:]) >= -400, (run_dir, returns[-10:])
