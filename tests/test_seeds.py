@@ -195,7 +195,7 @@ def test_each_ppo_seed_exports_its_own_policy_with_its_own_statistics(tmp_path):
 # Small budgets on CPU (with 2 seeds and 256 transitions per update, TD3's seed 1 was at -401 over its last 10
 # episodes at 8k steps). DQN's every-seed run is tests/test_dqn.py's learning test. The update's arithmetic bounds
 # these runs on a CPU, so TD3 samples 128 transitions per update, not 256 (seeds at -167 / -246 over their last 10
-# episodes), and SAC 64 (-162 / -189; with 128 it took ~1.5x as long). At 64, TD3's seed 2 was at -359: too near.
+# episodes), and SAC 64 (-162 / -189; with 128 it took ~1.4x as long). At 64, TD3's seed 2 was at -359: too near.
 LEARN = {"td3": ("--env-id", "Pendulum-v1", "--total-timesteps", "10000", "--learning-starts", "1000",
                  "--batch-size", "128"),
          "sac": ("--env-id", "Pendulum-v1", "--total-timesteps", "6000", "--learning-starts", "1000",
