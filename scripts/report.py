@@ -432,6 +432,48 @@ def plot_aggregate(rows: list[tuple], path: str) -> None:
     plt.close(fig)
 
 
+def plot_seed_scaling(folder: str) -> None:
+    """results/experiments/seeds: env steps/s against --num-seeds, all seeds together and per seed, for each script
+    with two seed counts or more in one sitting (a folder of records under speed/, measured back to back), and its
+    peer of single-seed processes (`-procsN`) at N; one PNG per sitting, beside its folder."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for sitting in sorted(glob.glob(os.path.join(folder, "speed", "*", ""))):
+        rates = defaultdict(dict)  # (script, "seeds" | "procs") -> {N: steps/s}
+        for run in load(sitting):
+            label = re.fullmatch(r"(.+)-(seeds|procs)(\d+)", run["algo"])
+            if label and steady_rates([run]):
+                rates[label[1], label[2]][int(label[3])] = run["steady_sps"]
+        scripts = sorted(script for script, kind in rates if kind == "seeds" and len(rates[script, kind]) > 1)
+        if not scripts:
+            continue
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+        for color, script in enumerate(scripts):
+            ns = sorted(rates[script, "seeds"])
+            for ax, per_seed in zip(axes, (False, True), strict=True):
+                ax.plot(ns, [rates[script, "seeds"][n] / (n if per_seed else 1) for n in ns], "o-", color=f"C{color}",
+                        label=f"{script} --num-seeds N")
+                for n, sps in rates[script, "procs"].items():
+                    ax.plot([n], [sps / (n if per_seed else 1)], "*", markersize=11, color=f"C{color}",
+                            label=f"{script}: {n} single-seed processes (MPS)")
+        counts = sorted({n for key in rates for n in rates[key]})
+        for ax, title in zip(axes, ("all seeds", "per seed"), strict=True):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(counts, [str(n) for n in counts])
+            ax.minorticks_off()
+            ax.set_xlabel("seeds (N)", fontsize=8)
+            ax.set_ylabel(f"env steps/s, {title}", fontsize=8)
+            ax.set_ylim(bottom=0)
+        axes[0].legend(fontsize=7)
+        fig.suptitle(f"seeds as a batch axis, sitting {os.path.basename(os.path.normpath(sitting))}", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(os.path.normpath(sitting) + ".png", dpi=100)
+        plt.close(fig)
+
+
 def plot_parity(runs: list[dict], env_id: str, path: str) -> None:
     """The seeds' mean return and their range against env steps, per script, with CleanRL's final mean ± std."""
     import matplotlib
@@ -573,6 +615,8 @@ def report(args: Args) -> dict[str, str]:
         out += ["## experiments", "", "One-off A/B studies, each with its question, command and answer:", ""]
         out += [f"- [{os.path.basename(os.path.dirname(path))}]({os.path.relpath(path, args.results)}): "
                 f"{open(path).readline().lstrip('# ').strip()}" for path in experiments]
+        if args.plots and os.path.isdir(os.path.join(args.results, "experiments", "seeds", "speed")):
+            plot_seed_scaling(os.path.join(args.results, "experiments", "seeds"))
     files[os.path.join(args.results, "README.md")] = "\n".join(out)
     if args.readme and os.path.exists(args.readme):
         with open(args.readme) as f:

@@ -129,6 +129,28 @@ def test_report_tables_speedups_failures_and_readme_block(tmp_path):
     assert "../results/speed-steps-per-second.png" in new
 
 
+def test_the_seeds_experiment_gets_a_plot_per_sitting_with_two_seed_counts_or_more(tmp_path):
+    results = tmp_path / "results"
+    (results / "speed").mkdir(parents=True)
+    with open(results / "speed" / "0.json", "w") as f:
+        json.dump(sample_run("td3", "Hopper-v4", "eager", 100.0), f)
+    seeds = results / "experiments" / "seeds"
+    (seeds / "README.md").parent.mkdir(parents=True)
+    (seeds / "README.md").write_text("# Seeds\n")
+    sittings = {"two-counts": [("td3-seeds5", 4000.0), ("td3-seeds10", 8000.0), ("td3-procs10", 13000.0)],
+                "one-count": [("td3-seeds10", 8000.0), ("sac-seeds10", 4000.0), ("td3-procs10", 13000.0)]}
+    for sitting, records in sittings.items():
+        (seeds / "speed" / sitting).mkdir(parents=True)
+        for label, sps in records:
+            with open(seeds / "speed" / sitting / f"{label}.json", "w") as f:
+                json.dump(sample_run(label, "Hopper-v4", "compile+cudagraphs", sps), f)
+
+    report.report(report.Args(results=str(results), readme=""))
+
+    assert (seeds / "speed" / "two-counts.png").stat().st_size > 1000
+    assert not (seeds / "speed" / "one-count.png").exists()  # one seed count: no line to draw
+
+
 def test_a_variant_runs_its_tasks_with_the_extra_flags_under_its_own_label():
     args = benchmark.Args(labels=["ppo-torch4096"], paths=["compile+cudagraphs"], variant="autotune",
                           extra_flags="--max-autotune --log-every 7")
