@@ -435,7 +435,9 @@ def plot_aggregate(rows: list[tuple], path: str) -> None:
 def plot_seed_scaling(folder: str) -> None:
     """results/experiments/seeds: env steps/s against --num-seeds, all seeds together and per seed, for each script
     with two seed counts or more in one sitting (a folder of records under speed/, measured back to back), and its
-    peer of single-seed processes (`-procsN`) at N; one PNG per sitting, beside its folder."""
+    peer of single-seed processes (`-procsN`) at N; one PNG per sitting, beside its folder. An `-async` variant
+    (`--async-envs` given, not left to the script) is the same series: the record's `async_envs` says where the envs
+    stepped either way."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -444,7 +446,7 @@ def plot_seed_scaling(folder: str) -> None:
     for sitting in sorted(glob.glob(os.path.join(folder, "speed", "*", ""))):
         rates = defaultdict(dict)  # (script, "seeds" | "procs") -> {N: steps/s}
         for run in load(sitting):
-            label = re.fullmatch(r"(.+)-(seeds|procs)(\d+)", run["algo"])
+            label = re.fullmatch(r"(.+)-(seeds|procs)(\d+)(?:-async)?", run["algo"])
             if label and steady_rates([run]):
                 rates[label[1], label[2]][int(label[3])] = run["steady_sps"]
         scripts = sorted(script for script, kind in rates if kind == "seeds" and len(rates[script, kind]) > 1)

@@ -137,7 +137,7 @@ def test_the_seeds_experiment_gets_a_plot_per_sitting_with_two_seed_counts_or_mo
     seeds = results / "experiments" / "seeds"
     (seeds / "README.md").parent.mkdir(parents=True)
     (seeds / "README.md").write_text("# Seeds\n")
-    sittings = {"two-counts": [("td3-seeds5", 4000.0), ("td3-seeds10", 8000.0), ("td3-procs10", 13000.0)],
+    sittings = {"two-counts": [("td3-seeds5-async", 4000.0), ("td3-seeds10", 8000.0), ("td3-procs10", 13000.0)],
                 "one-count": [("td3-seeds10", 8000.0), ("sac-seeds10", 4000.0), ("td3-procs10", 13000.0)]}
     for sitting, records in sittings.items():
         (seeds / "speed" / sitting).mkdir(parents=True)
