@@ -296,12 +296,13 @@ ALGORITHMS = {
                                                               "--log-every", "1"), loss="policy_loss",
                                           checkpoint_every=1000),
                # MuJoCo Warp on warp's CPU backend: Humanoid's random episodes end within ~20 steps. Few steps:
-               # warp's CPU kernels take ~40 ms per step of 4 worlds.
+               # warp's CPU kernels take ~40 ms per step of 4 worlds; 6 iterations log the 6 losses the paths test
+               # compares (with 8, its five tests took ~1.5x as long).
                "ppo-device-envs-mjwarp": TestRun("ppo_device_envs", ("--env-backend", "mjwarp", "--env-id",
                                                                      "Humanoid-v5", "--num-envs", "4", "--num-steps",
                                                                      "8", "--num-minibatches", "4", "--total-timesteps",
-                                                                     "256", "--log-every", "1"),
-                                                    loss="policy_loss", checkpoint_every=150),
+                                                                     "192", "--log-every", "1"),
+                                                    loss="policy_loss", checkpoint_every=100),
                "ppo-device-envs-bf16": TestRun("ppo_device_envs", ("--num-envs", "8", "--num-steps", "16", "--bf16",
                                                                    "--total-timesteps", "768", "--log-every", "1"),
                                                loss="policy_loss", checkpoint_every=500, loose=True)}),
