@@ -56,7 +56,10 @@ class Checkpoints:
                 tensor.copy_(state["tensors"][name])
         from gymnasium.vector.async_vector_env import AsyncVectorEnv
 
-        added_async = isinstance(getattr(envs, "unwrapped", envs), AsyncVectorEnv)  # --async-envs added on resume
+        from .subprocess_envs import SubprocessVectorEnv
+
+        in_subprocesses = (AsyncVectorEnv, SubprocessVectorEnv)
+        added_async = isinstance(getattr(envs, "unwrapped", envs), in_subprocesses)  # --async-envs added on resume
         if state["envs"] is not None and not added_async:
             threads = getattr(envs, "threads", None)
             envs.close()

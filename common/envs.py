@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .errors import UserError
+from .subprocess_envs import SubprocessVectorEnv, UnsharedSpace
 
 ActionKind = Literal["discrete", "continuous", "any"]
 
@@ -45,8 +46,8 @@ def make_env(
     stored transition ever crosses an episode boundary. `backend="torch"`: the torch implementation of a
     classic-control env (common/torch_envs.py) on `device`, taking and returning tensors there;
     `mask_velocity` leaves the velocities out of its observations. `asynchronous`: each env steps in a subprocess
-    of its own; `threads` > 1: that many threads step the envs in the run's process, each its own share of them
-    (0: one per env, at most one per CPU core).
+    of its own (common/subprocess_envs.py); `threads` > 1: that many threads step the envs in the run's process,
+    each its own share of them (0: one per env, at most one per CPU core).
     """
     if num_envs < 1:
         raise UserError(f"--num-envs must be >= 1 (got {num_envs})")
@@ -74,7 +75,7 @@ def make_env(
         return make
 
     threads = env_threads(threads, num_envs)
-    vector_cls = gym.vector.AsyncVectorEnv if asynchronous else partial(EpisodeStatsSyncVectorEnv, threads=threads)
+    vector_cls = SubprocessVectorEnv if asynchronous else partial(EpisodeStatsSyncVectorEnv, threads=threads)
     # Env subprocesses ignore Ctrl-C and SIGTERM (inherited at start): a terminal or a job scheduler sends them to
     # all of them, and the run's own process must stop where an iteration ends, with its envs still alive.
     in_main_thread = threading.current_thread() is threading.main_thread()
@@ -83,15 +84,17 @@ def make_env(
     try:
         # copy=False: the observations a step returns are the env's own buffer, valid until the next step;
         # every script copies them out at once (EnvLink.send), so a defensive copy per step buys nothing.
-        envs = vector_cls([thunk(i) for i in range(num_envs)], autoreset_mode=mode, copy=False)
+        try:
+            envs = vector_cls([thunk(i) for i in range(num_envs)], autoreset_mode=mode, copy=False)
+        except UnsharedSpace:  # observations no shared array holds (Dict, Tuple): gymnasium's subprocesses and pipes
+            envs = gym.wrappers.vector.RecordEpisodeStatistics(
+                gym.vector.AsyncVectorEnv([thunk(i) for i in range(num_envs)], autoreset_mode=mode, copy=False))
     except gym.error.DependencyNotInstalled as err:
         raise missing_extra(env_id, err) from None
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     _check_action_space(envs, env_id, action, algo)
-    if asynchronous:
-        envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
     envs.action_space.seed(seed)
     envs.observation_space.seed(seed)
     envs.video_staging = staging

@@ -4,11 +4,13 @@ import inspect
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -20,6 +22,7 @@ from turborl.link import EnvLink, EnvStep
 from turborl.logger import RunLogger
 from turborl.numerics import Normalization
 from turborl.paths import ExecutionPath, inductor_option
+from turborl.subprocess_envs import SubprocessVectorEnv, UnsharedSpace
 
 
 def test_unknown_env_id_is_a_user_error():
@@ -122,6 +125,25 @@ def test_normalization_is_gymnasiums_normalize_observation_and_reward(enabled):
         assert normalization.obs_rms.count < 1  # untouched
 
 
+def episodes_of_the_same_answers(ours, theirs, steps: int = 700) -> int:
+    """Reset both vector envs alike and step them with the same random actions, asserting the same answers at every
+    step: observations, rewards, episode ends, final observations and episode records. Returns the episodes ended."""
+    np.testing.assert_array_equal(ours.reset(seed=5)[0], theirs.reset(seed=5)[0])
+    theirs.action_space.seed(0)
+    ended = 0
+    for _ in range(steps):
+        actions = theirs.action_space.sample()
+        mine, gyms = ours.step(actions), theirs.step(actions)
+        for a, b in zip(mine[:4], gyms[:4], strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert ("final_obs" in mine[4]) == ("final_obs" in gyms[4])
+        if "final_obs" in gyms[4]:
+            np.testing.assert_array_equal(final_observations(mine[0], mine[4]), final_observations(gyms[0], gyms[4]))
+        assert finished_episodes(mine[4]) == finished_episodes(gyms[4])
+        ended += len(finished_episodes(gyms[4]))
+    return ended
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "MountainCar-v0", "Pendulum-v1"])
 def test_our_vector_env_answers_as_gymnasiums_with_episode_statistics(env_id, threads):
@@ -141,24 +163,62 @@ def test_our_vector_env_answers_as_gymnasiums_with_episode_statistics(env_id, th
         env.step = lambda action, step=env.step, seen=threads_seen: seen.add(threading.get_ident()) or step(action)
     theirs = gym.wrappers.vector.RecordEpisodeStatistics(
         gym.vector.SyncVectorEnv(factories, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP))
-    np.testing.assert_array_equal(ours.reset(seed=5)[0], theirs.reset(seed=5)[0])
-    theirs.action_space.seed(0)
-    ended = 0
-    for _ in range(700):
-        actions = theirs.action_space.sample()
-        mine, gyms = ours.step(actions), theirs.step(actions)
-        for a, b in zip(mine[:4], gyms[:4], strict=True):
-            np.testing.assert_array_equal(a, b)
-        assert ("final_obs" in mine[4]) == ("final_obs" in gyms[4])
-        if "final_obs" in gyms[4]:
-            np.testing.assert_array_equal(final_observations(mine[0], mine[4]), final_observations(gyms[0], gyms[4]))
-        assert finished_episodes(mine[4]) == finished_episodes(gyms[4])
-        ended += len(finished_episodes(gyms[4]))
-    assert ended >= 6  # episodes ended in every env: the comparison crossed autoresets
+    assert episodes_of_the_same_answers(ours, theirs) >= 6  # episodes ended in every env: it crossed autoresets
     caller = {threading.get_ident()}
     assert stepped_in[0] == stepped_in[1] == caller
     assert (stepped_in[2] == caller) if threads == 1 else (len(stepped_in[2]) == 1 and stepped_in[2] != caller)
     ours.close()
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "Hopper-v4"])
+def test_envs_in_subprocesses_answer_as_the_envs_stepped_here(env_id):
+    """--async-envs (common/subprocess_envs.py: each env in a subprocess, answers in shared memory) against the
+    loop's own vector env, step for step: terminations (CartPole, Hopper), time limits (Pendulum), discrete and Box
+    actions, MuJoCo; the final observations and episode records of every autoreset."""
+    ours, here = make_env(env_id, 3, seed=5, asynchronous=True), make_env(env_id, 3, seed=5)
+    assert isinstance(ours, SubprocessVectorEnv) and len({p.pid for p in ours._processes} | {os.getpid()}) == 4
+    assert episodes_of_the_same_answers(ours, here) >= 6  # episodes ended: the comparison crossed autoresets
+    processes = ours._processes
+    ours.close()
+    here.close()
+    assert not any(p.is_alive() for p in processes)
+
+
+class BreaksAtStep3(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,))
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, breaks: bool):
+        self.breaks, self.steps = breaks, 0
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.breaks and self.steps == 3:
+            raise ValueError("the simulator broke")
+        return np.zeros(2, dtype=np.float32), 1.0, False, False, {}
+
+
+def test_an_env_that_fails_or_dies_in_its_subprocess_is_one_error_that_names_it():
+    envs = SubprocessVectorEnv([lambda: BreaksAtStep3(False), lambda: BreaksAtStep3(True)])
+    envs.reset(seed=0)
+    envs.step(np.zeros(2, dtype=np.int64))
+    envs.step(np.zeros(2, dtype=np.int64))
+    processes = envs._processes
+    with pytest.raises(RuntimeError, match=r"env 1 \(in a subprocess of --async-envs\) failed: ValueError: the "
+                                           r"simulator broke"):
+        envs.step(np.zeros(2, dtype=np.int64))
+    assert envs.closed and not any(p.is_alive() for p in processes)  # the others closed with it
+
+    envs = SubprocessVectorEnv([lambda: BreaksAtStep3(False)] * 2)
+    envs.reset(seed=0)
+    os.kill(envs._processes[1].pid, signal.SIGKILL)
+    with pytest.raises(RuntimeError, match=r"env 1 .* failed: its subprocess exited \(code -9\)"):
+        envs.step(np.zeros(2, dtype=np.int64))
+    with pytest.raises(UnsharedSpace):  # make_env steps such envs in gymnasium's AsyncVectorEnv
+        SubprocessVectorEnv([lambda: gym.make("Blackjack-v1")])
 
 
 def test_threaded_envs_pickle_for_a_checkpoint_and_go_on_as_they_were():
@@ -195,12 +255,13 @@ def test_vector_env_speed_measures_each_way_of_stepping(tmp_path):
     from scripts import vector_env_speed
 
     out = tmp_path / "speed.json"
-    vector_env_speed.main(vector_env_speed.Args(env_ids=["Pendulum-v1"], num_envs=[2], seconds=0.2, out=str(out)))
+    modes = ["sync", "async", "threads", "gymnasium-async"]
+    vector_env_speed.main(vector_env_speed.Args(env_ids=["Pendulum-v1"], num_envs=[2], modes=modes, seconds=0.2,
+                                                out=str(out)))
     rows = json.load(open(out))["rows"]
-    assert [(row["env_id"], row["num_envs"], row["mode"]) for row in rows] == [
-        ("Pendulum-v1", 2, "sync"), ("Pendulum-v1", 2, "async"), ("Pendulum-v1", 2, "threads")]
-    assert all(row["env_steps_per_second"] > 0 for row in rows)
-    with pytest.raises(UserError, match="--modes processes: choose from sync, async, threads"):
+    assert [(row["env_id"], row["num_envs"], row["mode"]) for row in rows] == [("Pendulum-v1", 2, m) for m in modes]
+    assert all(row["env_steps_per_second"] > 0 and row["run_cpu_us_per_step"] > 0 for row in rows)
+    with pytest.raises(UserError, match="--modes processes: choose from sync, async, threads, gymnasium-async"):
         vector_env_speed.main(vector_env_speed.Args(modes=["sync", "processes"]))
 
 

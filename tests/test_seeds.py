@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -68,10 +67,10 @@ def test_envs_stepped_side_by_side_give_the_same_runs(tmp_path, monkeypatch, fla
     """--async-envs and --env-threads move where the envs step, not what they do: every seed logs what it logs with
     its envs stepped one after another in the loop's thread."""
     run_main("td3", FLAGS, str(tmp_path / "sync"))
-    stepped_in, async_vector_env = set(), gym.vector.AsyncVectorEnv
+    stepped_in, subprocess_vector_env = set(), turborl_envs.SubprocessVectorEnv
     step_envs = turborl_envs.EpisodeStatsSyncVectorEnv._step_envs
-    monkeypatch.setattr(gym.vector, "AsyncVectorEnv",
-                        lambda *a, **k: stepped_in.add("subprocesses") or async_vector_env(*a, **k))
+    monkeypatch.setattr(turborl_envs, "SubprocessVectorEnv",
+                        lambda *a, **k: stepped_in.add("subprocesses") or subprocess_vector_env(*a, **k))
     monkeypatch.setattr(turborl_envs.EpisodeStatsSyncVectorEnv, "_step_envs",
                         lambda self, *a: stepped_in.add(threading.get_ident()) or step_envs(self, *a))
     run_main("td3", [*FLAGS, *flags], str(tmp_path / "side_by_side"))
