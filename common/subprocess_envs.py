@@ -21,7 +21,10 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import threading
 import traceback
+import weakref
+from multiprocessing.reduction import ForkingPickler
 
 import gymnasium as gym
 import numpy as np
@@ -63,11 +66,17 @@ class SubprocessVectorEnv(gym.vector.VectorEnv):
         self._buffers = {name: ctx.RawArray("b", max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize))
                          for name, (shape, dtype) in self._layout.items()}
         self._arrays = views(self._buffers, self._layout)
-        self._conns, self._processes = [], []
+        self._conns, self._processes, self._pending = [], [], True
+        # A run that exits without close() closes its ends first: the subprocesses read the end of file and exit,
+        # where multiprocessing's own exit would wait for them forever (they ignore SIGTERM).
+        weakref.finalize(self, _close_all, self._conns)
+        # PR_SET_PDEATHSIG follows the thread that starts a subprocess: set only where that thread is the run's own.
+        die_with_run = threading.current_thread() is threading.main_thread()
         for index, env_fn in enumerate(env_fns):
             parent, child = ctx.Pipe()
             process = ctx.Process(target=_work, name=f"env-{index}", daemon=True,
-                                  args=(index, CloudpickleWrapper(env_fn), child, parent, self._buffers, self._layout))
+                                  args=(index, CloudpickleWrapper(env_fn), child, parent, self._buffers, self._layout,
+                                        die_with_run))
             process.start()
             child.close()
             self._conns.append(parent)
@@ -78,8 +87,7 @@ class SubprocessVectorEnv(gym.vector.VectorEnv):
 
     def reset(self, *, seed=None, options=None):
         seeds = [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else seed or [None] * self.num_envs
-        for conn, env_seed in zip(self._conns, seeds, strict=True):
-            self._command(conn, "reset", env_seed, options)
+        self._commands([("reset", env_seed, options) for env_seed in self._each(seeds)])
         self._wait()
         self.episode_returns[:], self.episode_lengths[:] = 0.0, 0
         return self._arrays["observations"], {}
@@ -87,6 +95,7 @@ class SubprocessVectorEnv(gym.vector.VectorEnv):
     def step(self, actions):
         a = self._arrays
         a["actions"][...] = np.asarray(actions).reshape(a["actions"].shape)
+        self._start()
         for conn in self._conns:
             _send(conn, STEP)
         self._wait()
@@ -102,8 +111,7 @@ class SubprocessVectorEnv(gym.vector.VectorEnv):
         return a["observations"], a["rewards"], a["terminations"], a["truncations"], infos
 
     def call(self, name: str, *args, **kwargs) -> tuple:
-        for conn in self._conns:
-            self._command(conn, "call", name, args, kwargs)
+        self._commands([("call", name, args, kwargs)] * self.num_envs)
         return tuple(self._wait(results=True))
 
     def get_attr(self, name: str) -> tuple:
@@ -111,30 +119,48 @@ class SubprocessVectorEnv(gym.vector.VectorEnv):
 
     def set_attr(self, name: str, values) -> None:
         values = values if isinstance(values, (list, tuple)) else [values] * self.num_envs
-        for conn, value in zip(self._conns, values, strict=True):
-            self._command(conn, "set_attr", name, value)
+        self._commands([("set_attr", name, value) for value in self._each(values)])
         self._wait()
 
     def close_extras(self, **kwargs):
-        for conn, process in zip(self._conns, self._processes, strict=True):
-            if process.is_alive():
-                self._command(conn, "close")
+        if not self._pending:  # else a subprocess may still answer what it was sent: the end of file stops it
+            for conn, process in zip(self._conns, self._processes, strict=True):
+                if process.is_alive() and _send(conn, COMMAND):
+                    with contextlib.suppress(OSError):
+                        conn.send(("close",))
+        _close_all(self._conns)
         for process in self._processes:
             process.join(timeout=5)
             if process.is_alive():
-                process.terminate()
-        for conn in self._conns:
-            conn.close()
-        self._conns, self._processes = [], []
+                process.kill()  # it ignores SIGTERM
+        self._conns.clear()
+        self._processes = []
 
     def __getstate__(self):
         raise TypeError("envs in subprocesses cannot be saved; a resume restarts them")  # checkpoints: env_state
 
-    @staticmethod
-    def _command(conn, *message) -> None:
-        if _send(conn, COMMAND):
-            with contextlib.suppress(OSError):  # gone: the answer it owes says so
-                conn.send(message)
+    def _each(self, values) -> list:
+        """A value per env, checked before anything is sent."""
+        if len(values) != self.num_envs:
+            raise ValueError(f"{len(values)} values for {self.num_envs} envs")
+        return list(values)
+
+    def _start(self) -> None:
+        """Before a request: a run interrupted while it waited for an answer (Ctrl-C caught around a step) left
+        answers unread, which would answer the next request; such envs are closed instead."""
+        if self._pending:
+            self.close()
+            raise RuntimeError("the envs were interrupted while they stepped (--async-envs); make them again")
+        self._pending = True
+
+    def _commands(self, messages: list[tuple]) -> None:
+        """A command per env: each pickled before its byte goes out, so a message that cannot be sent sends nothing."""
+        payloads = [ForkingPickler.dumps(message) for message in messages]
+        self._start()
+        for conn, payload in zip(self._conns, payloads, strict=True):
+            if _send(conn, COMMAND):
+                with contextlib.suppress(OSError):  # gone: the answer it owes says so
+                    conn.send_bytes(payload)
 
     def _wait(self, results: bool = False) -> list:
         """Every env's answer to what it was just sent; the first env that failed raises, the others are closed."""
@@ -151,10 +177,16 @@ class SubprocessVectorEnv(gym.vector.VectorEnv):
                     self._processes[index].join(timeout=5)
                 failed = (index, conn.recv() if answer == FAILED else
                           f"its subprocess exited (code {self._processes[index].exitcode})")
+        self._pending = False
         if failed is not None:
             self.close()
             raise RuntimeError(f"env {failed[0]} (in a subprocess of --async-envs) failed: {failed[1]}")
         return answers
+
+
+def _close_all(conns: list) -> None:
+    for conn in conns:
+        conn.close()
 
 
 def _send(conn, request: bytes) -> bool:
@@ -171,11 +203,11 @@ def views(buffers: dict, layout: dict) -> dict[str, np.ndarray]:
             for name, (shape, dtype) in layout.items()}
 
 
-def _work(index: int, env_fn, conn, parent_conn, buffers: dict, layout: dict) -> None:
+def _work(index: int, env_fn, conn, parent_conn, buffers: dict, layout: dict, die_with_run: bool) -> None:
     """One env's subprocess: make it, then answer each byte the run sends until told to close."""
     parent_conn.close()  # the run's end, inherited where the process was forked
-    if sys.platform == "linux":  # killed with the run's process, which may die without closing its end (kill -9)
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if die_with_run and sys.platform == "linux":  # killed with the run's process, which may die without closing
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # its ends (kill -9): PR_SET_PDEATHSIG
     for signum in (signal.SIGINT, signal.SIGTERM):  # the run's process decides when to stop (common/envs.py)
         signal.signal(signum, signal.SIG_IGN)
     fd, a = conn.fileno(), views(buffers, layout)
@@ -202,14 +234,14 @@ def _work(index: int, env_fn, conn, parent_conn, buffers: dict, layout: dict) ->
             result = None
             if name == "reset":
                 a["observations"][index], _ = env.reset(seed=args[0], options=args[1])
-            elif name == "call":
-                result = getattr(env, args[0])
-                result = result(*args[1], **args[2]) if callable(result) else result
+            elif name == "call":  # as gymnasium's vector envs: through the wrappers
+                result = env.get_wrapper_attr(args[0])
+                result = ForkingPickler.dumps(result(*args[1], **args[2]) if callable(result) else result)
             elif name == "set_attr":
-                setattr(env, args[0], args[1])
+                env.set_wrapper_attr(args[0], args[1])
             os.write(fd, DONE)
             if name == "call":
-                conn.send(result)
+                conn.send_bytes(result)
     except Exception as err:  # noqa: BLE001 - the run's process raises it, naming the env
         try:
             os.write(fd, FAILED)

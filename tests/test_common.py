@@ -221,6 +221,30 @@ def test_an_env_that_fails_or_dies_in_its_subprocess_is_one_error_that_names_it(
         SubprocessVectorEnv([lambda: gym.make("Blackjack-v1")])
 
 
+def test_envs_in_subprocesses_stay_in_step_after_a_refused_request_and_close_after_an_interrupted_one(monkeypatch):
+    """A request refused before it is sent (a value per env missing, a value that cannot be pickled) leaves every
+    env answering its own requests; a step interrupted while it waited (Ctrl-C caught around it) leaves answers
+    unread, so the next request closes the envs and says so, instead of reading the old answers."""
+    import threading
+
+    envs = SubprocessVectorEnv([lambda: BreaksAtStep3(False)] * 2)
+    envs.reset(seed=0)
+    with pytest.raises(ValueError, match="1 values for 2 envs"):
+        envs.reset(seed=[1])
+    with pytest.raises(TypeError):
+        envs.set_attr("lock", threading.Lock())
+    envs.step(np.zeros(2, dtype=np.int64))
+    assert envs.call("steps") == (1, 1)  # through the wrappers, as gymnasium's vector envs
+    monkeypatch.setattr(os, "read", lambda fd, n: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        envs.step(np.zeros(2, dtype=np.int64))
+    monkeypatch.undo()
+    processes = envs._processes
+    with pytest.raises(RuntimeError, match="interrupted while they stepped"):
+        envs.step(np.zeros(2, dtype=np.int64))
+    assert envs.closed and not any(p.is_alive() for p in processes)
+
+
 def test_threaded_envs_pickle_for_a_checkpoint_and_go_on_as_they_were():
     """A checkpoint pickles classic-control envs whole: the thread pool is made again on loading, and the loaded
     envs step on from where the saved ones were."""
