@@ -51,6 +51,19 @@ def test_torch_env_episodes_logged_alike_in_every_path(tmp_path):
         assert logged[name] == logged["eager"], name
 
 
+def test_envs_in_subprocesses_log_on_the_captured_path_what_envs_stepped_here_log(tmp_path):
+    """--async-envs (common/subprocess_envs.py: answers in shared memory) under the headline path, 3 seeds in one
+    run: every seed logs what it logs with its envs stepped in the loop's thread."""
+    from tests.helpers import run_main
+
+    test_run, logged = TEST_RUNS["td3-seeds3"], {}
+    for name, flags in {"here": ["--async-envs", "False"], "subprocesses": ["--async-envs"]}.items():
+        run_main(test_run.script, [*test_run.flags, "--compile", "--cudagraphs", *flags], str(tmp_path / name))
+        logged[name] = metrics_after(str(tmp_path / name), -1)
+    assert {"qf_loss", "episodic_return"} <= {name for _, name, _ in logged["here"]}
+    assert logged["subprocesses"] == logged["here"]
+
+
 @pytest.mark.parametrize("compile", [False, True])
 def test_captured_replays_advance_the_rng(compile):
     torch._dynamo.reset()
