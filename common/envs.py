@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .errors import UserError
-from .subprocess_envs import SubprocessVectorEnv, UnsharedSpace
+from .subprocess_envs import SubprocessVectorEnv, UnsharedSpace, count_episodes
 
 ActionKind = Literal["discrete", "continuous", "any"]
 
@@ -231,15 +231,11 @@ class EpisodeStatsSyncVectorEnv(gym.vector.SyncVectorEnv):
         else:
             self._observations = gym.vector.utils.concatenate(self.single_observation_space, self._env_obs,
                                                              self._observations)
-        self.episode_returns += self._rewards
-        self.episode_lengths += 1
-        if ended:  # RecordEpisodeStatistics' record of the episodes that ended, then their counts restart
+        done = None
+        if ended:
             done = np.zeros(self.num_envs, dtype=bool)
             done[ended] = True
-            infos["episode"] = {"r": np.where(done, self.episode_returns, 0.0),
-                                "l": np.where(done, self.episode_lengths, 0)}
-            infos["_episode"] = done
-            self.episode_returns[done], self.episode_lengths[done] = 0.0, 0
+        count_episodes(self.episode_returns, self.episode_lengths, self._rewards, done, infos)
         return self._observations, self._rewards, self._terminations, self._truncations, infos
 
     def _step_envs(self, indices, actions) -> list[tuple[dict | None, dict]]:

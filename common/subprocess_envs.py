@@ -94,20 +94,14 @@ class SubprocessVectorEnv(gym.vector.VectorEnv):
 
     def step(self, actions):
         a = self._arrays
-        a["actions"][...] = np.asarray(actions).reshape(a["actions"].shape)
         self._start()
+        a["actions"][...] = np.asarray(actions).reshape(a["actions"].shape)
         for conn in self._conns:
             _send(conn, STEP)
         self._wait()
         ended = a["terminations"] | a["truncations"]
-        self.episode_returns += a["rewards"]
-        self.episode_lengths += 1
-        infos = {}
-        if ended.any():  # EpisodeStatsSyncVectorEnv's record of the episodes that ended; their counts restart
-            infos = {"final_obs": a["final_obs"].copy(), "_final_obs": ended,
-                     "episode": {"r": np.where(ended, self.episode_returns, 0.0),
-                                 "l": np.where(ended, self.episode_lengths, 0)}, "_episode": ended}
-            self.episode_returns[ended], self.episode_lengths[ended] = 0.0, 0
+        infos = {"final_obs": a["final_obs"].copy(), "_final_obs": ended} if ended.any() else {}
+        count_episodes(self.episode_returns, self.episode_lengths, a["rewards"], ended if infos else None, infos)
         return a["observations"], a["rewards"], a["terminations"], a["truncations"], infos
 
     def call(self, name: str, *args, **kwargs) -> tuple:
@@ -182,6 +176,18 @@ class SubprocessVectorEnv(gym.vector.VectorEnv):
             self.close()
             raise RuntimeError(f"env {failed[0]} (in a subprocess of --async-envs) failed: {failed[1]}")
         return answers
+
+
+def count_episodes(returns: np.ndarray, lengths: np.ndarray, rewards: np.ndarray, ended: np.ndarray | None,
+                   infos: dict) -> None:
+    """RecordEpisodeStatistics' record, kept in place: every env's return and length grow by this step; those of the
+    envs whose episode `ended` (a mask; None: none did) go into `infos["episode"]`, then start again."""
+    returns += rewards
+    lengths += 1
+    if ended is not None:
+        infos["episode"] = {"r": np.where(ended, returns, 0.0), "l": np.where(ended, lengths, 0)}
+        infos["_episode"] = ended
+        returns[ended], lengths[ended] = 0.0, 0
 
 
 def _close_all(conns: list) -> None:
