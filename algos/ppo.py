@@ -195,8 +195,6 @@ def main(args: Args) -> dict:
     envs = make_env(args.env_id, n_seeds * n_envs, args.seed, algo="PPO", capture_video=args.capture_video,
                     asynchronous=args.async_envs, threads=args.env_threads)
     obs_space, space = envs.single_observation_space, envs.single_action_space
-    check(isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1,
-          f"PPO here takes flat Box observations but {args.env_id} has {obs_space}; pick e.g. CartPole-v1")
     logger = SeedLoggers(args, "ppo", args.total_timesteps, device, run_root=args.runs_dir, envs=envs)
     obs_dim = obs_space.shape[0]
     batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches  # per seed

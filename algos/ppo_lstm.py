@@ -223,8 +223,6 @@ def main(args: Args) -> dict:
     envs = make_env(args.env_id, args.num_envs, args.seed, algo="PPO", capture_video=args.capture_video,
                     asynchronous=args.async_envs)
     obs_space, space = envs.single_observation_space, envs.single_action_space
-    check(isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1,
-          f"PPO here takes flat Box observations but {args.env_id} has {obs_space}; pick e.g. CartPole-v1")
     logger = RunLogger(args, "ppo_lstm", args.total_timesteps, device, run_root=args.runs_dir, envs=envs)
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, obs_space.shape[0]
     batch_size, envs_per_minibatch = n_envs * num_steps, n_envs // args.num_minibatches

@@ -117,7 +117,6 @@ def main(args: Args) -> dict:
     envs = make_env(args.env_id, args.num_envs, args.seed, action="discrete", algo="PQN",
                     capture_video=args.capture_video)
     obs_shape = envs.single_observation_space.shape
-    check(len(obs_shape) == 1, f"PQN here takes flat Box observations but {args.env_id} has {obs_shape}")
     logger = RunLogger(args, "pqn", args.total_timesteps, device, run_root=args.runs_dir, envs=envs)
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, obs_shape[0]
     n_actions = int(envs.single_action_space.n)

@@ -54,12 +54,9 @@ class Checkpoints:
                 tensor[: len(saved["replay"][name])].copy_(saved["replay"][name])
             for name, tensor in self.tensors.items():
                 tensor.copy_(state["tensors"][name])
-        from gymnasium.vector.async_vector_env import AsyncVectorEnv
-
         from .subprocess_envs import SubprocessVectorEnv
 
-        in_subprocesses = (AsyncVectorEnv, SubprocessVectorEnv)
-        added_async = isinstance(getattr(envs, "unwrapped", envs), in_subprocesses)  # --async-envs added on resume
+        added_async = isinstance(envs, SubprocessVectorEnv)  # --async-envs added on resume
         if state["envs"] is not None and not added_async:
             threads = getattr(envs, "threads", None)
             envs.close()

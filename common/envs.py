@@ -84,16 +84,18 @@ def make_env(
     try:
         # copy=False: the observations a step returns are the env's own buffer, valid until the next step;
         # every script copies them out at once (EnvLink.send), so a defensive copy per step buys nothing.
-        try:
-            envs = vector_cls([thunk(i) for i in range(num_envs)], autoreset_mode=mode, copy=False)
-        except UnsharedSpace:  # observations no shared array holds (Dict, Tuple): gymnasium's subprocesses and pipes
-            envs = gym.wrappers.vector.RecordEpisodeStatistics(
-                gym.vector.AsyncVectorEnv([thunk(i) for i in range(num_envs)], autoreset_mode=mode, copy=False))
+        envs = vector_cls([thunk(i) for i in range(num_envs)], autoreset_mode=mode, copy=False)
+    except UnsharedSpace as err:  # Dict or Tuple observations, found before any subprocess started
+        raise UserError(flat_observations_only(algo, env_id, err.args[0])) from None
     except gym.error.DependencyNotInstalled as err:
         raise missing_extra(env_id, err) from None
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    obs_space = envs.single_observation_space
+    if not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1):  # every script's networks
+        envs.close()
+        raise UserError(flat_observations_only(algo, env_id, obs_space))
     _check_action_space(envs, env_id, action, algo)
     envs.action_space.seed(seed)
     envs.observation_space.seed(seed)
@@ -279,6 +281,10 @@ def _torch_env(env_id, num_envs, seed, action, algo, device, mask_velocity):
     envs = _torch_env_class(env_id)(env_id, num_envs, device or "cpu", seed, mask_velocity=mask_velocity)
     _check_action_space(envs, env_id, action, algo)
     return envs
+
+
+def flat_observations_only(algo: str, env_id: str, space: gym.Space) -> str:
+    return f"{algo} here takes flat Box observations but {env_id} has {space}; pick e.g. CartPole-v1"
 
 
 def _check_action_space(envs, env_id: str, action: ActionKind, algo: str) -> None:

@@ -35,17 +35,12 @@ STEP, COMMAND, DONE, FAILED = b"s", b"c", b"d", b"e"  # one byte each way per st
 
 
 class UnsharedSpace(Exception):
-    """Observations of a space that no fixed-shape shared array holds (Dict, Tuple)."""
-
-
-def shareable(space: gym.Space) -> bool:
-    """Whether one env's observations fit a fixed-shape shared array (not Dict or Tuple spaces)."""
-    return isinstance(space, SHARED_SPACES)
+    """Observations of a space that no fixed-shape shared array holds (Dict, Tuple); its argument is the space."""
 
 
 class SubprocessVectorEnv(gym.vector.VectorEnv):
     """Each env in a subprocess, talking through shared arrays (module docstring). Build it from env factories, as
-    gymnasium's vector envs; `shareable` says which observation spaces it takes."""
+    gymnasium's vector envs; it takes observation spaces of SHARED_SPACES, else raises UnsharedSpace."""
 
     def __init__(self, env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, copy: bool = False):
         assert autoreset_mode == gym.vector.AutoresetMode.SAME_STEP and not copy, "what step() implements"
@@ -53,8 +48,8 @@ class SubprocessVectorEnv(gym.vector.VectorEnv):
         self.single_observation_space, self.single_action_space = dummy.observation_space, dummy.action_space
         self.metadata, self.render_mode = {**dummy.metadata, "autoreset_mode": autoreset_mode}, dummy.render_mode
         dummy.close()
-        if not shareable(self.single_observation_space):
-            raise UnsharedSpace(f"no shared array holds a {self.single_observation_space}")  # make_env: gymnasium's
+        if not isinstance(self.single_observation_space, SHARED_SPACES):
+            raise UnsharedSpace(self.single_observation_space)
         self.num_envs = n = len(env_fns)
         self.observation_space = batch_space(self.single_observation_space, n)
         self.action_space = batch_space(self.single_action_space, n)

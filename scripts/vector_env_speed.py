@@ -47,9 +47,9 @@ class Args:
 def build(env_id: str, num_envs: int, mode: str):
     if mode != BASELINE:
         return make_env(env_id, num_envs, seed=1, **MODES[mode])
-    spec = gym.spec(env_id)
-    return gym.wrappers.vector.RecordEpisodeStatistics(gym.vector.AsyncVectorEnv(
-        [partial(make_one, spec)] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, copy=False))
+    envs = gym.vector.AsyncVectorEnv([partial(make_one, gym.spec(env_id))] * num_envs,
+                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, copy=False)
+    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
 
 
 def env_steps_per_second(env_id: str, num_envs: int, mode: str, seconds: float) -> tuple[float, float]:

@@ -44,6 +44,8 @@ CASES = [
     ("ppo", ["--num-seeds", "0"], ["--num-seeds must be >= 1"]),
     ("ppo", ["--env-id", "NoSuchEnv-v0"], ["unknown env id", "NoSuchEnv-v0"]),
     ("ppo", ["--env-id", "Blackjack-v1"], ["flat Box observations"]),
+    ("ppo", ["--env-id", "Blackjack-v1", "--async-envs"], ["flat Box observations"]),
+    ("dqn", ["--env-id", "Blackjack-v1"], ["DQN here takes flat Box observations"]),
     ("ppo", ["--num-minibatches", "3"], ["--num-minibatches 3", "512"]),
     ("ppo", ["--num-envs", "0"], ["--num-envs must be positive"]),
     ("ppo", ["--total-timesteps", "100"], ["less than one rollout"]),

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -94,8 +95,6 @@ def test_episode_ring_returns_each_ended_episode_once(exceeded):
 def test_normalization_is_gymnasiums_normalize_observation_and_reward(enabled):
     """The statistics CleanRL's continuous PPO gets from gymnasium's NormalizeObservation and NormalizeReward
     (one env: CleanRL wraps each env before vectorizing), clipped as CleanRL clips them."""
-    import gymnasium as gym
-
     raw = gym.make("CartPole-v1")
     wrapped = gym.make("CartPole-v1")
     if enabled:
@@ -151,10 +150,6 @@ def test_our_vector_env_answers_as_gymnasiums_with_episode_statistics(env_id, th
     RecordEpisodeStatistics, step for step: terminations (CartPole), time limits (MountainCar, Pendulum), Box
     actions (Pendulum); with 2 threads (--env-threads), envs 0-1 step in the caller's thread and env 2 in
     another."""
-    import threading
-
-    import gymnasium as gym
-
     factories = [lambda: gym.make(env_id) for _ in range(3)]
     ours = make_env(env_id, 3, seed=5, threads=threads)
     assert isinstance(ours, EpisodeStatsSyncVectorEnv)
@@ -217,7 +212,7 @@ def test_an_env_that_fails_or_dies_in_its_subprocess_is_one_error_that_names_it(
     os.kill(envs._processes[1].pid, signal.SIGKILL)
     with pytest.raises(RuntimeError, match=r"env 1 .* failed: its subprocess exited \(code -9\)"):
         envs.step(np.zeros(2, dtype=np.int64))
-    with pytest.raises(UnsharedSpace):  # make_env steps such envs in gymnasium's AsyncVectorEnv
+    with pytest.raises(UnsharedSpace):  # make_env refuses such envs, as no script here takes them (test_bad_input)
         SubprocessVectorEnv([lambda: gym.make("Blackjack-v1")])
 
 
@@ -225,8 +220,6 @@ def test_envs_in_subprocesses_stay_in_step_after_a_refused_request_and_close_aft
     """A request refused before it is sent (a value per env missing, a value that cannot be pickled) leaves every
     env answering its own requests; a step interrupted while it waited (Ctrl-C caught around it) leaves answers
     unread, so the next request closes the envs and says so, instead of reading the old answers."""
-    import threading
-
     envs = SubprocessVectorEnv([lambda: BreaksAtStep3(False)] * 2)
     envs.reset(seed=0)
     with pytest.raises(ValueError, match="1 values for 2 envs"):
@@ -249,7 +242,6 @@ def test_threaded_envs_pickle_for_a_checkpoint_and_go_on_as_they_were():
     """A checkpoint pickles classic-control envs whole: the thread pool is made again on loading, and the loaded
     envs step on from where the saved ones were."""
     import pickle
-    import threading
 
     import cloudpickle
 
