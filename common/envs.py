@@ -86,7 +86,7 @@ def make_env(
         # every script copies them out at once (EnvLink.send), so a defensive copy per step buys nothing.
         envs = vector_cls([thunk(i) for i in range(num_envs)], autoreset_mode=mode, copy=False)
     except UnsharedSpace as err:  # Dict or Tuple observations, found before any subprocess started
-        raise UserError(flat_observations_only(algo, env_id, err.args[0])) from None
+        raise UserError(_flat_observations_only(algo, env_id, err.args[0])) from None
     except gym.error.DependencyNotInstalled as err:
         raise missing_extra(env_id, err) from None
     finally:
@@ -95,7 +95,7 @@ def make_env(
     obs_space = envs.single_observation_space
     if not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1):  # every script's networks
         envs.close()
-        raise UserError(flat_observations_only(algo, env_id, obs_space))
+        raise UserError(_flat_observations_only(algo, env_id, obs_space))
     _check_action_space(envs, env_id, action, algo)
     envs.action_space.seed(seed)
     envs.observation_space.seed(seed)
@@ -283,7 +283,7 @@ def _torch_env(env_id, num_envs, seed, action, algo, device, mask_velocity):
     return envs
 
 
-def flat_observations_only(algo: str, env_id: str, space: gym.Space) -> str:
+def _flat_observations_only(algo: str, env_id: str, space: gym.Space) -> str:
     return f"{algo} here takes flat Box observations but {env_id} has {space}; pick e.g. CartPole-v1"
 
 
