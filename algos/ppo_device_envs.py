@@ -77,8 +77,6 @@ class Args(RunArgs):
     (HalfCheetah-v5, Ant-v5, Humanoid-v5 on MuJoCo Warp, common/mjwarp_envs.py)"""
     stop_at_return: float | None = None
     """stop once the mean return of the last 100 episodes reaches this (time-to-solve benchmarks)"""
-    tf32: bool = False
-    """TensorFloat-32 matmuls on CUDA (JAX's default on recent GPUs), products rounded to a 10-bit mantissa"""
     bf16: bool = False
     """hidden layers of the learning's big-batch passes in bfloat16, which halves the bytes those memory-bound
     passes move (acting, output layers, losses and Adam stay float32)"""
@@ -233,7 +231,6 @@ def main(args: Args) -> dict:
     rank, world, rank_device = init_distributed(args.cuda)
     device = rank_device or pick_device(args.cuda)
     path = ExecutionPath(args, device)
-    torch.set_float32_matmul_precision("high" if args.tf32 else "highest")
     seed_everything(args.seed + rank)
     envs = make_env(args.env_id, args.num_envs, args.seed + rank, algo="PPO", backend=args.env_backend,
                     device=str(device), mask_velocity=args.mask_velocity)

@@ -157,10 +157,13 @@ def load_checkpoint(path: str, args, mmap: bool = False) -> dict:
     check(saved["script"] == script, f"--resume {path}: saved by algos/{saved['script']}, not {script}; resume it "
                                      f"with python algos/{saved['script']} --resume {path}")
     now = dataclasses.asdict(args)
-    changed = [name for name in sorted(set(now) | set(saved["args"]))
-               if name not in FREE_ON_RESUME and saved["args"].get(name) != now.get(name)]
+    # A flag added since the checkpoint was saved: the saved run had its default's behaviour.
+    saved_args = {**{f.name: f.default for f in dataclasses.fields(args) if f.default is not dataclasses.MISSING},
+                  **saved["args"]}
+    changed = [name for name in sorted(set(now) | set(saved_args))
+               if name not in FREE_ON_RESUME and saved_args.get(name) != now.get(name)]
     check(not changed, f"--resume {path}: saved with " + ", ".join(
-        f"--{name.replace('_', '-')} {saved['args'].get(name)} (not {now.get(name)})" for name in changed)
+        f"--{name.replace('_', '-')} {saved_args.get(name)} (not {now.get(name)})" for name in changed)
         + "; pass the saved flags (the run folder's args.json has them all)")
     summary_path = os.path.join(os.path.dirname(path), "summary.json")
     if os.path.exists(summary_path):  # the checkpoint a finished run saved at its end has nothing left to run

@@ -58,6 +58,9 @@ class RunArgs:
     fused_optimizer: bool = False
     """Adam's (and AdamW's) step in one fused kernel per optimizer (torch's fused=True) instead of a few
     multi-tensor kernels: fewer launches per update; pick it by measuring (scripts/benchmark.py)"""
+    tf32: bool = False
+    """TensorFloat-32 matmuls on CUDA (JAX's default on recent GPUs): inputs rounded to a 10-bit mantissa, sums in
+    float32; left out, CleanRL's float32 arithmetic"""
     log_every: int = 100
     """updates between two loss records in the metrics CSV (each record reads the device once)"""
     save_model: bool = False

@@ -56,6 +56,7 @@ class ExecutionPath:
         # the paths that do not compile (compiled, the compiled step reads the tensor).
         self.capturable_with_lr_tensor = device.type == "cuda" and not self.compiling
         self.fused = args.fused_optimizer  # Adam's fused=True: one kernel per optimizer step
+        torch.set_float32_matmul_precision("high" if args.tf32 else "highest")  # --tf32, in every path alike
         # Every path draws the same numbers from the same seed: eager's random kernels (fallback_random), called in
         # eager's order. Inductor's reorder_for_locality moves each op of a graph without gradients (an act step)
         # next to its first use; up to torch 2.12 it moves random ops too, so a compiled act step drew its uniform

@@ -3,6 +3,7 @@ the checkpoint; a checkpoint resumes only in the script and with the flags that 
 
 import copy
 import glob
+import importlib
 import json
 import os
 import signal
@@ -12,7 +13,8 @@ import torch
 
 from scripts.registry import CPU_TEST_RUNS, TEST_RUNS
 from tests.helpers import assert_user_error, metrics_after, run_main, run_script
-from turborl.checkpoints import load_optimizer
+from turborl.checkpoints import load_checkpoint, load_optimizer
+from turborl.errors import UserError
 from turborl.logger import RunLogger
 
 EXACT = [case for case, test_run in CPU_TEST_RUNS.items() if test_run.exact_resume]
@@ -148,6 +150,15 @@ def test_resume_errors_are_one_clear_line(tmp_path):
     assert_user_error(run_script("dqn", "--total-timesteps", "600", "--learning-starts", "300", "--resume",
                                  str(tmp_path / "partial.pt"), "--runs-dir", str(tmp_path / "d")),
                       "holds no 'optimizer'", "start a new run")
+    # A checkpoint saved before a flag existed ran as that flag's default: it resumes so, and only so.
+    older = torch.load(periodic, weights_only=False)
+    del older["args"]["tf32"]
+    torch.save(older, tmp_path / "older.pt")
+    dqn = importlib.import_module("algos.dqn")
+    assert load_checkpoint(str(tmp_path / "older.pt"), dqn.Args(total_timesteps=600, learning_starts=300))["args"] \
+        == older["args"]
+    with pytest.raises(UserError, match=r"--tf32 False \(not True\)"):
+        load_checkpoint(str(tmp_path / "older.pt"), dqn.Args(total_timesteps=600, learning_starts=300, tf32=True))
 
     torch_checkpoint = saved_checkpoint("dqn", tmp_path / "torch", "--env-backend", "torch", "--total-timesteps",
                                         "600", "--learning-starts", "300")
