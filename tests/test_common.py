@@ -303,9 +303,11 @@ def test_cudagraphs_without_cuda_warns_and_falls_back(capsys):
 def test_tf32_is_each_runs_own_choice():
     """--tf32 sets torch's float32 matmul precision for the run, and a run without it gets float32's back (the
     tests run many scripts' mains in one process)."""
-    ExecutionPath(RunArgs(tf32=True), torch.device("cpu"))
-    assert torch.get_float32_matmul_precision() == "high"
-    ExecutionPath(RunArgs(), torch.device("cpu"))
+    try:
+        ExecutionPath(RunArgs(tf32=True), torch.device("cpu"))
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        ExecutionPath(RunArgs(), torch.device("cpu"))
     assert torch.get_float32_matmul_precision() == "highest"
 
 

@@ -3,7 +3,6 @@ the checkpoint; a checkpoint resumes only in the script and with the flags that 
 
 import copy
 import glob
-import importlib
 import json
 import os
 import signal
@@ -11,6 +10,7 @@ import signal
 import pytest
 import torch
 
+from algos import dqn
 from scripts.registry import CPU_TEST_RUNS, TEST_RUNS
 from tests.helpers import assert_user_error, metrics_after, run_main, run_script
 from turborl.checkpoints import load_checkpoint, load_optimizer
@@ -154,7 +154,6 @@ def test_resume_errors_are_one_clear_line(tmp_path):
     older = torch.load(periodic, weights_only=False)
     del older["args"]["tf32"]
     torch.save(older, tmp_path / "older.pt")
-    dqn = importlib.import_module("algos.dqn")
     assert load_checkpoint(str(tmp_path / "older.pt"), dqn.Args(total_timesteps=600, learning_starts=300))["args"] \
         == older["args"]
     with pytest.raises(UserError, match=r"--tf32 False \(not True\)"):
