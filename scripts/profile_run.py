@@ -5,9 +5,10 @@
 
 Runs the script's own `main` with the flags after `--` under torch.profiler. A loop iteration is one call of
 the run's progress report: an env step, or a whole iteration where the script runs one as a single call
-(PPO on device envs). The first `--skip` iterations pass unprofiled (compile and capture happen there), the next
-`--active` are recorded, then the run stops. Prints the most expensive kernels (CUDA) or ops (CPU), the
-GPU time and kernel count per iteration, and writes a Chrome trace (open it in Perfetto).
+(PPO on device envs); in a `--num-seeds` run, one step of every seed (counted once, not once per seed). The
+first `--skip` iterations pass unprofiled (compile and capture happen there), the next `--active` are recorded,
+then the run stops. Prints the most expensive kernels (CUDA) or ops (CPU), the GPU time and kernel count per
+iteration, and writes a Chrome trace (open it in Perfetto).
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def profile(args: Args, script_argv: list[str]) -> str:
     def progress(logger, step: int) -> None:
         nonlocal calls
         report_progress(logger, step)
+        if logger.quiet:  # the other seeds of --num-seeds report the first seed's step: the same iteration
+            return
         calls += 1
         if calls == args.skip:
             if on_gpu:

@@ -22,6 +22,18 @@ def test_profiles_the_window_after_skip_and_stops_the_run(tmp_path):
         assert max(int(row.split(",")[0]) for row in list(f)[1:]) <= 620  # stopped after the window
 
 
+def test_a_num_seeds_run_counts_each_iteration_once(tmp_path):
+    """Every seed's logger reports each iteration; the window is in iterations all the same, so --skip past
+    learning_starts profiles updates with 3 seeds as with one."""
+    args = profile_run.Args(algo="dqn", skip=600, active=20, trace=str(tmp_path / "trace.json"))
+    report = profile_run.profile(args, ["--total-timesteps", "5000", "--learning-starts", "500", "--num-seeds", "3",
+                                        "--runs-dir", str(tmp_path / "runs")])
+    assert "Optimizer.step#Adam.step" in report  # counted per seed, the window would end at iteration 207
+    for run_dir in os.listdir(tmp_path / "runs"):
+        with open(tmp_path / "runs" / run_dir / "metrics.csv") as f:
+            assert max(int(row.split(",")[0]) for row in list(f)[1:]) <= 620  # stopped after the window
+
+
 def test_a_run_shorter_than_the_window_says_so(tmp_path):
     args = profile_run.Args(algo="dqn", skip=600, active=20, trace=str(tmp_path / "trace.json"))
     with pytest.raises(UserError, match="before the recorded window"):
