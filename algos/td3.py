@@ -91,18 +91,26 @@ class TwinQNetwork(nn.Module):
         self.biases = nn.ParameterList(nn.Parameter(torch.empty(2, 1, n_out).uniform_(-b, b))
                                        for n_out, b in zip(sizes[1:], bounds, strict=True))
 
-    def forward(self, x, a, detach_params: bool = False):
-        """Q-values `[seeds, 2, batch]` of `[seeds, batch, ...]` inputs. `detach_params`: gradients reach the inputs
-        only (the actor's loss)."""
+    def forward(self, x, a):
+        """Q-values `[seeds, 2, batch]` of `[seeds, batch, ...]` inputs."""
         seeds, batch = x.shape[:2]
         x = torch.cat([x, a], 2).unsqueeze(1).expand(-1, 2, -1, -1).reshape(seeds * 2, batch, -1)
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
-            if detach_params:
-                weight, bias = weight.detach(), bias.detach()
             x = torch.baddbmm(bias, x, weight)
             if i < len(self.weights) - 1:
                 x = F.relu(x)
         return x.view(seeds, 2, batch)
+
+    def first(self, x, a):
+        """The first critic's Q-values `[seeds, batch]` alone (CleanRL's actor loss reads qf1 only), gradients
+        reaching the inputs only: the critics are not stepped with the actor's loss. Each seed's first critic is
+        every second block of the stacked weights, seed after seed."""
+        x = torch.cat([x, a], 2)
+        for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
+            x = torch.baddbmm(bias[::2].detach(), x, weight[::2].detach())
+            if i < len(self.weights) - 1:
+                x = F.relu(x)
+        return x.squeeze(2)
 
 
 class Actor(nn.Module):
@@ -226,8 +234,7 @@ def main(args: Args) -> dict:
         metrics[:2].copy_(torch.stack([qf_loss, qf_a_values[:, 0].mean(1)]).detach())
 
     def update_actor() -> None:
-        # The first critic's value; the critics' parameters get no gradient from it (they are not stepped with it).
-        actor_loss = -qf(batch_obs, actor(batch_obs), detach_params=True)[:, 0].mean(1)
+        actor_loss = -qf.first(batch_obs, actor(batch_obs)).mean(1)
         actor_optimizer.zero_grad()
         actor_loss.sum().backward()
         actor_optimizer.step()
