@@ -296,8 +296,8 @@ def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
                 continue
             variant = "-".join(filter(None, (f"seeds{args.num_seeds}", args.variant)))
             task = with_num_seeds(task, args.num_seeds, variant)
-        if args.processes > 1:  # one seed per process
-            task = with_num_seeds(task, 1, f"procs{args.processes}")
+        if args.processes > 1:  # one seed per process; a variant keeps its name beside them
+            task = with_num_seeds(task, 1, "-".join(filter(None, (f"procs{args.processes}", args.variant))))
         for path in paths:
             if task.compile_only and "--compile" not in PATH_FLAGS[path]:
                 continue
