@@ -82,9 +82,10 @@ class Args:
     """flags added to every run, e.g. `--variant autotune --extra-flags=--max-autotune` (the `=` keeps a single flag
     from being read as the benchmark's own)"""
     processes: int = 1
-    """speed suite: run each task as this many processes at once, one seed each (--seed, --seed + 1, ...), without
-    its --num-seeds: the peer of seeds as a batch axis (`td3-seeds10` becomes `td3-procs10`; on one GPU, start CUDA
-    MPS first). The record's steps/s is the processes' sum, each one's kept beside it."""
+    """speed suite: run each seeds task (those with --num-seeds) as this many processes at once, one seed each
+    (--seed, --seed + 1, ...), without its --num-seeds, and no other task: the peer of seeds as a batch axis
+    (`td3-seeds10` becomes `td3-procs10`; on one GPU, start CUDA MPS first). The record's steps/s is the processes'
+    sum, each one's kept beside it."""
     num_seeds: int = 0
     """speed suite: run the seeds tasks (those with --num-seeds) with this many seeds instead, each labeled for it
     (`td3-seeds10` becomes `td3-seeds20`), and no other task; 0: as the registry has them"""
@@ -297,6 +298,8 @@ def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
             variant = "-".join(filter(None, (f"seeds{args.num_seeds}", args.variant)))
             task = with_num_seeds(task, args.num_seeds, variant)
         if args.processes > 1:  # one seed per process; a variant keeps its name beside them
+            if "--num-seeds" not in task.flags:
+                continue
             task = with_num_seeds(task, 1, "-".join(filter(None, (f"procs{args.processes}", args.variant))))
         for path in paths:
             if task.compile_only and "--compile" not in PATH_FLAGS[path]:

@@ -170,8 +170,9 @@ def test_num_seeds_runs_the_seeds_tasks_alone_with_that_many_seeds_under_their_o
                           extra_flags="--async-envs")
     [(task, _, _)] = benchmark.plan(args, cuda=True)  # a variant keeps its name beside the seeds
     assert task.label == "td3-seeds5-async" and task.flags[-1] == "--async-envs"
-    args = benchmark.Args(labels=["td3-seeds10"], paths=["eager"], processes=10, variant="tf32", extra_flags="--tf32")
-    [(task, _, _)] = benchmark.plan(args, cuda=True)  # the peer too: its flags and their name
+    args = benchmark.Args(labels=["td3-seeds10", "td3", "td3-fused"], paths=["eager"], processes=10, variant="tf32",
+                          extra_flags="--tf32")
+    [(task, _, _)] = benchmark.plan(args, cuda=True)  # the peer too: its flags and their name, of seeds tasks only
     assert task.label == "td3-procs10-tf32" and task.flags[-1] == "--tf32" and "--num-seeds" not in task.flags
     with pytest.raises(UserError, match="--num-seeds must be >= 1, or 0"):
         benchmark.main(benchmark.Args(num_seeds=-1))
