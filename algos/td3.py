@@ -91,26 +91,20 @@ class TwinQNetwork(nn.Module):
         self.biases = nn.ParameterList(nn.Parameter(torch.empty(2, 1, n_out).uniform_(-b, b))
                                        for n_out, b in zip(sizes[1:], bounds, strict=True))
 
-    def forward(self, x, a):
-        """Q-values `[seeds, 2, batch]` of `[seeds, batch, ...]` inputs."""
+    def forward(self, x, a, first_only: bool = False):
+        """Q-values `[seeds, 2, batch]` of `[seeds, batch, ...]` inputs. `first_only`: the first critic's alone,
+        `[seeds, 1, batch]` (CleanRL's actor loss reads qf1 only: each seed's first critic is every second block of
+        the stacked weights), gradients reaching the inputs only (the critics are not stepped with the actor's loss)."""
         seeds, batch = x.shape[:2]
-        x = torch.cat([x, a], 2).unsqueeze(1).expand(-1, 2, -1, -1).reshape(seeds * 2, batch, -1)
+        critics = 1 if first_only else 2
+        x = torch.cat([x, a], 2).unsqueeze(1).expand(-1, critics, -1, -1).reshape(seeds * critics, batch, -1)
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
+            if first_only:
+                weight, bias = weight[::2].detach(), bias[::2].detach()
             x = torch.baddbmm(bias, x, weight)
             if i < len(self.weights) - 1:
                 x = F.relu(x)
-        return x.view(seeds, 2, batch)
-
-    def first(self, x, a):
-        """The first critic's Q-values `[seeds, batch]` alone (CleanRL's actor loss reads qf1 only), gradients
-        reaching the inputs only: the critics are not stepped with the actor's loss. Each seed's first critic is
-        every second block of the stacked weights, seed after seed."""
-        x = torch.cat([x, a], 2)
-        for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
-            x = torch.baddbmm(bias[::2].detach(), x, weight[::2].detach())
-            if i < len(self.weights) - 1:
-                x = F.relu(x)
-        return x.squeeze(2)
+        return x.view(seeds, critics, batch)
 
 
 class Actor(nn.Module):
@@ -234,7 +228,7 @@ def main(args: Args) -> dict:
         metrics[:2].copy_(torch.stack([qf_loss, qf_a_values[:, 0].mean(1)]).detach())
 
     def update_actor() -> None:
-        actor_loss = -qf.first(batch_obs, actor(batch_obs)).mean(1)
+        actor_loss = -qf(batch_obs, actor(batch_obs), first_only=True)[:, 0].mean(1)
         actor_optimizer.zero_grad()
         actor_loss.sum().backward()
         actor_optimizer.step()

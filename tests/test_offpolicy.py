@@ -68,8 +68,9 @@ def test_a_compiled_run_does_not_print_torchs_profiler_notice(tmp_path):
 
 
 def test_td3s_actor_loss_reads_each_seeds_first_critic_and_steps_no_critic():
-    """TwinQNetwork.first (the actor's loss) picks seed i's first critic out of the stacked weights: its values and
-    the gradients it sends to the actions are the full network's first critic's, and no critic weight gets one."""
+    """TwinQNetwork with first_only (the actor's loss) picks seed i's first critic out of the stacked weights: its
+    values and the gradients it sends to the actions are the full network's first critic's, and no critic weight
+    gets one."""
     from algos.td3 import TwinQNetwork
     from turborl.seeds import seeded
 
@@ -77,7 +78,7 @@ def test_td3s_actor_loss_reads_each_seeds_first_critic_and_steps_no_critic():
     obs, actions = torch.randn(3, 32, 5), torch.randn(3, 32, 2, requires_grad=True)
     both = qf(obs, actions)  # [seeds, 2, batch]
     assert not torch.equal(both[:, 0], both[:, 1]) and not torch.equal(both[0], both[1])  # a wrong pick would show
-    first = qf.first(obs, actions)
+    first = qf(obs, actions, first_only=True)[:, 0]
     torch.testing.assert_close(first, both[:, 0], rtol=0, atol=0)
     [expected] = torch.autograd.grad(both[:, 0].sum(), actions)
     qf.zero_grad(set_to_none=True)
