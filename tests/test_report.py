@@ -278,6 +278,22 @@ def test_parity_report_passes_fails_and_lists_what_is_not_run(tmp_path):
     assert "old" not in block and readme.read_text().endswith("rest\n")
 
 
+def test_gpu_physics_rows_give_seconds_to_5000_and_the_c_engines_return(tmp_path):
+    """Humanoid-v5 stops at 5,000 (pass: every seed solved); Ant-v5 is a curve: its row has no pass rule, and its
+    CleanRL column holds what the row has, the final policies' return on gymnasium's C engine."""
+    runs = [parity_run("ppo-mjwarp-humanoid", "Humanoid-v5", s, 5000.0 + s, solved_seconds=100.0 + 10 * s)
+            for s in (1, 2, 3)]
+    runs += [parity_run("ppo-mjwarp-ant", "Ant-v5", s, 3000.0 + s) for s in (1, 2)]
+    os.makedirs(tmp_path / "runs")
+    for i, run in enumerate(runs):
+        (tmp_path / "runs" / f"{i}.json").write_text(json.dumps(run))
+    rows = {tuple(line.split(" | ")[:2]): line for line in report.parity_report(str(tmp_path), plots=False).splitlines()
+            if line.startswith("| Humanoid-v5 |") or line.startswith("| Ant-v5 |")}
+    assert "| to 5,000 in 120 ± 8 s; C engine 5,004 | pass |" in rows["| Humanoid-v5", "ppo-mjwarp-humanoid"]
+    assert "| C engine 3,004 | – (2 of 3 seeds) |" in rows["| Ant-v5", "ppo-mjwarp-ant"]
+    assert "| – | – | not run |" in rows["| Ant-v5", "td3-mjwarp-ant"]
+
+
 def test_report_check_finds_a_table_that_its_records_no_longer_give(tmp_path):
     folder = tmp_path / "results" / "parity"
     os.makedirs(folder / "runs")
