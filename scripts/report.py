@@ -310,12 +310,15 @@ def parity_rows(runs: list[dict], short: bool = False) -> list[str]:
                       f"{reference.steps / 1e6:g}M{', eval' if reference.metric == 'eval' else ''})")
             verdict = ("pass" if statistics.mean(values) >= reference.mean - reference.std else "**fail**") \
                 if values else "not run" if not group else "–"
-        else:  # GPU physics: no CleanRL script; solved = reached --stop-at-return
+        else:  # GPU physics, no CleanRL script: a run with --stop-at-return passes by reaching it; a curve has no rule
+            task = PARITY_TASKS.get((env_id, algo))
+            stops = task is not None and "--stop-at-return" in task.flags
             solved = [r["solved_seconds"] for r in ok if r.get("solved_seconds") is not None]
             evals = [r["eval_return"] for r in ok if r.get("eval_return") is not None]
             parts = [f"to 5,000 in {statistics.mean(solved):.0f} ± {statistics.pstdev(solved):.0f} s"] if solved else []
             theirs = "; ".join(parts + ([f"C engine {statistics.mean(evals):,.0f}"] if evals else [])) or "–"
-            verdict = ("pass" if len(solved) == len(ok) else "**fail**") if solved else "–" if ok else "not run"
+            verdict = ("pass" if len(solved) == len(ok) else "**fail**") if stops else "–"
+            verdict = verdict if ok else "not run"
         wanted = PARITY_TASKS[(env_id, algo)].seeds if (env_id, algo) in PARITY_TASKS else 3
         if ok and len(ok) < wanted:
             verdict += f" ({len(ok)} of {wanted} seeds)"

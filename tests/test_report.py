@@ -284,6 +284,7 @@ def test_gpu_physics_rows_give_seconds_to_5000_and_the_c_engines_return(tmp_path
     runs = [parity_run("ppo-mjwarp-humanoid", "Humanoid-v5", s, 5000.0 + s, solved_seconds=100.0 + 10 * s)
             for s in (1, 2, 3)]
     runs += [parity_run("ppo-mjwarp-ant", "Ant-v5", s, 3000.0 + s) for s in (1, 2)]
+    runs += [parity_run("td3-mjwarp-humanoid", "Humanoid-v5", s, 900.0) for s in (1, 2, 3)]  # ended short of 5,000
     os.makedirs(tmp_path / "runs")
     for i, run in enumerate(runs):
         (tmp_path / "runs" / f"{i}.json").write_text(json.dumps(run))
@@ -291,6 +292,7 @@ def test_gpu_physics_rows_give_seconds_to_5000_and_the_c_engines_return(tmp_path
             if line.startswith("| Humanoid-v5 |") or line.startswith("| Ant-v5 |")}
     assert "| to 5,000 in 120 ± 8 s; C engine 5,004 | pass |" in rows["| Humanoid-v5", "ppo-mjwarp-humanoid"]
     assert "| C engine 3,004 | – (2 of 3 seeds) |" in rows["| Ant-v5", "ppo-mjwarp-ant"]
+    assert "| C engine 902 | **fail** |" in rows["| Humanoid-v5", "td3-mjwarp-humanoid"]
     assert "| – | – | not run |" in rows["| Ant-v5", "td3-mjwarp-ant"]
 
 
