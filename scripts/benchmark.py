@@ -292,15 +292,11 @@ def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
         if args.variant:
             task = replace(task, variant="-".join(filter(None, (task.variant, args.variant))),
                            flags=(*task.flags, *shlex.split(args.extra_flags)))
-        if args.num_seeds:
+        if args.num_seeds or args.processes > 1:  # the seeds tasks alone; a variant keeps its name beside the new one
             if "--num-seeds" not in task.flags:
                 continue
-            variant = "-".join(filter(None, (f"seeds{args.num_seeds}", args.variant)))
-            task = with_num_seeds(task, args.num_seeds, variant)
-        if args.processes > 1:  # one seed per process; a variant keeps its name beside them
-            if "--num-seeds" not in task.flags:
-                continue
-            task = with_num_seeds(task, 1, "-".join(filter(None, (f"procs{args.processes}", args.variant))))
+            n, name = (args.num_seeds, f"seeds{args.num_seeds}") if args.num_seeds else (1, f"procs{args.processes}")
+            task = with_num_seeds(task, n, "-".join(filter(None, (name, args.variant))))
         for path in paths:
             if task.compile_only and "--compile" not in PATH_FLAGS[path]:
                 continue
