@@ -295,7 +295,7 @@ def parity_rows(runs: list[dict], short: bool = False) -> list[str]:
     lines = ["| env | script | seeds | turborl (mean ± std) | turborl IQM [95% CI] | CleanRL (mean ± std, seeds, "
              "steps) | pass | wall s per run | machine |", "|---|---|---:|---:|---:|---:|:---:|---:|---|"]
     for (env_id, algo), group in sorted(groups.items()):
-        reference = CLEANRL.get((algo, env_id))
+        reference, task = CLEANRL.get((algo, env_id)), PARITY_TASKS.get((env_id, algo))
         ok = [r for r in group if r["status"] == "ok"]
         values = [v for v in (seed_return(r, reference) for r in ok) if v is not None]
         ours = f"{statistics.mean(values):,.1f} ± {statistics.pstdev(values):,.1f}" if values else "–"
@@ -311,15 +311,13 @@ def parity_rows(runs: list[dict], short: bool = False) -> list[str]:
             verdict = ("pass" if statistics.mean(values) >= reference.mean - reference.std else "**fail**") \
                 if values else "not run" if not group else "–"
         else:  # GPU physics, no CleanRL script: a run with --stop-at-return passes by reaching it; a curve has no rule
-            task = PARITY_TASKS.get((env_id, algo))
-            stops = task is not None and "--stop-at-return" in task.flags
             solved = [r["solved_seconds"] for r in ok if r.get("solved_seconds") is not None]
             evals = [r["eval_return"] for r in ok if r.get("eval_return") is not None]
             parts = [f"to 5,000 in {statistics.mean(solved):.0f} ± {statistics.pstdev(solved):.0f} s"] if solved else []
             theirs = "; ".join(parts + ([f"C engine {statistics.mean(evals):,.0f}"] if evals else [])) or "–"
-            verdict = ("pass" if len(solved) == len(ok) else "**fail**") if stops else "–"
-            verdict = verdict if ok else "not run"
-        wanted = PARITY_TASKS[(env_id, algo)].seeds if (env_id, algo) in PARITY_TASKS else 3
+            stops = task is not None and "--stop-at-return" in task.flags
+            verdict = "not run" if not ok else ("pass" if len(solved) == len(ok) else "**fail**") if stops else "–"
+        wanted = task.seeds if task is not None else 3
         if ok and len(ok) < wanted:
             verdict += f" ({len(ok)} of {wanted} seeds)"
         wall = fmt(statistics.mean([r["run_wall_seconds"] for r in ok]), ",.0f") if ok else "–"
