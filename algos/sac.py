@@ -103,7 +103,7 @@ class TwinSoftQNetwork(nn.Module):
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
             if detach_params:
                 weight, bias = weight.detach(), bias.detach()
-            x = torch.baddbmm(bias, x, weight)
+            x = torch.bmm(x, weight) + bias  # not baddbmm: it copies the broadcast bias first, a kernel of its own
             if i < len(self.weights) - 1:
                 x = F.relu(x)
         return x.view(seeds, 2, batch)

@@ -101,7 +101,7 @@ class TwinQNetwork(nn.Module):
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
             if first_only:
                 weight, bias = weight[::2].detach(), bias[::2].detach()
-            x = torch.baddbmm(bias, x, weight)
+            x = torch.bmm(x, weight) + bias  # not baddbmm: it copies the broadcast bias first, a kernel of its own
             if i < len(self.weights) - 1:
                 x = F.relu(x)
         return x.view(seeds, critics, batch)
