@@ -195,9 +195,8 @@ def test_each_ppo_seed_exports_its_own_policy_with_its_own_statistics(tmp_path):
 # episodes at 8k steps). DQN's every-seed run is tests/test_dqn.py's learning test. The update's arithmetic bounds
 # these runs on a CPU, so TD3 samples 128 transitions per update, not 256, and SAC 64 (with 128 it took ~1.4x as
 # long). The bar is on the median of a seed's last 10 episodes, not their mean: a policy that swings the pendulum
-# up still meets start states it has not mastered, and two such episodes (-1,311 and -1,415 beside eight from -2 to
-# -504) once pulled TD3's seed 2 to a mean of -470 (median -301) when only its rounding changed. The random actions
-# before learning starts score -869 to -1,509.
+# up can still fail from a start state it has not mastered, and two such episodes (-1,311 and -1,415) pull a mean
+# of ten under the bar while the median stays near -300. Random actions score about -900 to -1,500.
 LEARN = {"td3": ("--env-id", "Pendulum-v1", "--total-timesteps", "10000", "--learning-starts", "1000",
                  "--batch-size", "128"),
          "sac": ("--env-id", "Pendulum-v1", "--total-timesteps", "6000", "--learning-starts", "1000",
