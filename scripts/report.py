@@ -487,17 +487,24 @@ def plot_parity(runs: list[dict], env_id: str, path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for color, algo in enumerate(sorted({r["algo"] for r in runs if r["env_id"] == env_id})):
-        curves = [r["curve"] for r in runs if (r["env_id"], r["algo"]) == (env_id, algo) and r["status"] == "ok"
-                  and len(r["curve"]["steps"]) > 1]
-        if not curves:
+        seeds = [r for r in runs if (r["env_id"], r["algo"]) == (env_id, algo) and r["status"] == "ok"
+                 and len(r["curve"]["steps"]) > 1]
+        if not seeds:
             continue
         budget = max(r["steps"] for r in runs if (r["env_id"], r["algo"]) == (env_id, algo))
-        grid = np.linspace(0, budget, 101)
-        # A moving mean over 5 grid points smooths the episodes' noise (the ends padded with their own values).
-        window = lambda y: np.convolve(np.pad(y, 2, mode="edge"), np.ones(5) / 5, mode="valid")  # noqa: E731
-        ys = np.array([window(np.interp(grid, c["steps"], c["returns"])) for c in curves])
-        ax.plot(grid, ys.mean(0), color=f"C{color}", label=f"{algo} ({len(curves)} seeds)")
-        ax.fill_between(grid, ys.min(0), ys.max(0), color=f"C{color}", alpha=0.2)
+        grid = np.linspace(0, max(r["reached"] for r in seeds), 101)  # to where the longest run ended
+
+        def on_grid(run: dict) -> np.ndarray:
+            """A run's curve (single episodes, ~200 spread over it) as a moving mean over 11 of them (the ends
+            padded with their own values), on the grid; NaN past the steps the run reached, so that a seed that
+            stopped early (`--stop-at-return`) is not drawn on at its last value."""
+            steps, returns = run["curve"]["steps"], run["curve"]["returns"]
+            smooth = np.convolve(np.pad(returns, 5, mode="edge"), np.ones(11) / 11, mode="valid")
+            return np.where(grid <= run["reached"], np.interp(grid, steps, smooth), np.nan)
+
+        ys = np.array([on_grid(r) for r in seeds])  # every grid point has the longest run's value
+        ax.plot(grid, np.nanmean(ys, 0), color=f"C{color}", label=f"{algo} ({len(seeds)} seeds)")
+        ax.fill_between(grid, np.nanmin(ys, 0), np.nanmax(ys, 0), color=f"C{color}", alpha=0.2)
         reference = CLEANRL.get((algo, env_id))
         if reference is not None:
             ax.errorbar([min(reference.steps, budget)], [reference.mean], yerr=[reference.std], fmt="o", capsize=4,
