@@ -142,11 +142,14 @@ def segment(run_dir: str, summary: dict, concurrent_runs: int) -> dict:
 def stitched_curve(segments: list[dict]) -> tuple[dict, float | None, float | None]:
     """Episodic returns of every segment as (step, seconds, return), seconds continuing across segments; when a
     --stop-at-return run reached its return, the seconds until then; and the mean return of the last 100 training
-    episodes (CleanRL's benchmark tables average each seed's last 100)."""
+    episodes (CleanRL's benchmark tables average each seed's last 100). A segment's episodes past its checkpoint
+    (a killed run resumes from an older, periodic one) are left out: the next segment plays those steps again."""
     steps, seconds, returns, offset, solved = [], [], [], 0.0, None
     for segment in segments:
         with open(os.path.join(ROOT, segment["run_dir"], "metrics.csv")) as f:
             for row in csv.DictReader(f):
+                if int(row["step"]) > segment["steps"]:
+                    continue
                 if row["name"] == "episodic_return":
                     steps.append(int(row["step"]))
                     seconds.append(offset + float(row["seconds"]))

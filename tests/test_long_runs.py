@@ -119,6 +119,28 @@ def test_a_segment_whose_call_was_killed_is_found_and_resumed(tmp_path, monkeypa
         assert record["segments"][1]["steps"] > summary["steps"]
 
 
+def test_a_segments_episodes_past_its_checkpoint_are_left_out_of_its_curve(tmp_path):
+    """A killed run resumes from its newest periodic checkpoint, older than its last logged episodes: the next
+    segment plays those steps again, so the stitched curve takes each segment's episodes up to its checkpoint, and
+    the next segment's seconds follow all of the first's."""
+    episodes = {"first": [(100, 1.0, 1.0), (200, 2.0, 2.0), (300, 3.0, 3.0)],  # (step, seconds, return)
+                "second": [(300, 1.0, 10.0), (400, 2.0, 20.0)]}
+    for name, rows in episodes.items():
+        os.makedirs(tmp_path / name)
+        with open(tmp_path / name / "metrics.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["step", "seconds", "name", "value"])
+            for step, seconds, value in rows:
+                writer.writerows([[step, seconds, "episodic_return", value], [step, seconds, "episodic_length", 9]])
+    segments = [{"run_dir": str(tmp_path / "first"), "steps": 200, "wall_seconds": 3.5},
+                {"run_dir": str(tmp_path / "second"), "steps": 400, "wall_seconds": 2.5}]
+
+    curve, solved, last100 = long_runs.stitched_curve(segments)
+
+    assert curve == {"steps": [100, 200, 300, 400], "seconds": [1.0, 2.0, 4.5, 5.5], "returns": [1.0, 2.0, 10.0, 20.0]}
+    assert solved is None and last100 == 33.0 / 4
+
+
 def test_seeds_share_a_process_only_in_scripts_that_have_num_seeds(tmp_path, monkeypatch, capsys):
     task = Task("pqn", "CartPole-v1", steps=1536, eager_steps=1536, flags=("--num-steps", "64", "--log-every", "1"))
     monkeypatch.setattr(long_runs, "ALGORITHMS", {"pqn": Algorithm("pqn", parity=(task,))})
