@@ -102,11 +102,26 @@ def takes_num_seeds(script: str) -> bool:
     return "num_seeds" in {f.name for f in dataclasses.fields(importlib.import_module(f"algos.{script}").Args)}
 
 
+def newest_periodic(folder: str) -> tuple[int, str] | None:
+    """The steps and path of the newest periodic checkpoint (`<algo>-step<N>.pt`) in `folder`."""
+    found = glob.glob(os.path.join(glob.escape(folder), "*-step*.pt"))
+    return max(((int(p.rsplit("-step", 1)[1].removesuffix(".pt")), p) for p in found), default=None)
+
+
+def resumable(segment: dict) -> dict:
+    """A recorded segment whose checkpoint is gone (a stop checkpoint lost with its machine, the folder copied off
+    before) ends at the newest periodic checkpoint left beside it: its episodes past that step leave the curve
+    (`stitched_curve`), its seconds stay."""
+    folder = os.path.dirname(os.path.join(ROOT, segment["checkpoint"]))
+    older = None if os.path.exists(os.path.join(ROOT, segment["checkpoint"])) else newest_periodic(folder)
+    return {**segment, "checkpoint": os.path.relpath(older[1], ROOT), "steps": older[0]} if older else segment
+
+
 def resume_point(path: str) -> str | None:
     """The checkpoint that a run's next segment resumes from (its record's last), if it is still on this machine;
     the seeds of one process share it."""
     segments = json.load(open(path))["segments"] if os.path.exists(path) else []
-    checkpoint = segments[-1]["checkpoint"] if segments else None
+    checkpoint = resumable(segments[-1])["checkpoint"] if segments else None
     return checkpoint if checkpoint and os.path.exists(os.path.join(ROOT, checkpoint)) else None
 
 
@@ -124,13 +139,12 @@ def read_summary(run_dir: str | None, checkpoint_dir: str | None = None) -> dict
     path = os.path.join(run_dir or "", "summary.json")
     if os.path.exists(path):
         return json.load(open(path))
-    periodic = sorted(glob.glob(os.path.join(checkpoint_dir or run_dir or "", "*-step*.pt")), key=os.path.getmtime)
+    periodic = newest_periodic(checkpoint_dir or run_dir or "")
     if not periodic:
         return {"status": "failed"}
     with open(os.path.join(run_dir, "metrics.csv")) as f:
         seconds = max([float(row["seconds"]) for row in csv.DictReader(f)] or [0.0])
-    steps = int(periodic[-1].rsplit("-step", 1)[1].removesuffix(".pt"))
-    return {"status": "killed", "checkpoint": periodic[-1], "steps": steps, "wall_seconds": seconds}
+    return {"status": "killed", "checkpoint": periodic[1], "steps": periodic[0], "wall_seconds": seconds}
 
 
 def segment(run_dir: str, summary: dict, concurrent_runs: int) -> dict:
@@ -211,6 +225,9 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
                               "machine, gpu_sharing and concurrent_runs of its last segment are that call's")
         log = os.path.join(runs_dir, f"segment{len(records[0]['segments'])}.log")  # the ended process's own
         return Launched(task, seeds, records, paths, runs_dir, None, log, concurrent_runs)
+    for record in records:
+        if record["segments"]:
+            record["segments"][-1] = resumable(record["segments"][-1])
     # The seeds of one process share its checkpoint: they resume together or start over together.
     checkpoints = {record["segments"][-1]["checkpoint"] if record["segments"] else None for record in records}
     last = next(iter(checkpoints)) if len(checkpoints) == 1 else None

@@ -141,6 +141,26 @@ def test_a_segments_episodes_past_its_checkpoint_are_left_out_of_its_curve(tmp_p
     assert solved is None and last100 == 33.0 / 4
 
 
+def test_a_segment_whose_checkpoint_is_gone_resumes_from_the_periodic_one_beside_it(tmp_path):
+    """A stop checkpoint lost with its machine, its folder copied off before the stop: the run resumes from the
+    newest periodic checkpoint in that folder, and its segment ends there; with none left, it has no resume point."""
+    folder = tmp_path / "run"
+    os.makedirs(folder)
+    for step in (1000, 2000):
+        (folder / f"dqn-step{step}.pt").write_bytes(b"")
+    recorded = {"run_dir": str(folder), "checkpoint": str(folder / "dqn.pt"), "steps": 2500, "wall_seconds": 9.0}
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({"segments": [recorded], "status": "partial"}))
+
+    resumes_from = os.path.join(long_runs.ROOT, long_runs.resume_point(str(record)))
+    assert os.path.samefile(resumes_from, folder / "dqn-step2000.pt")
+    older = long_runs.resumable(recorded)
+    assert older["steps"] == 2000 and older["wall_seconds"] == 9.0 and older["run_dir"] == str(folder)
+    for step in (1000, 2000):
+        os.remove(folder / f"dqn-step{step}.pt")
+    assert long_runs.resume_point(str(record)) is None and long_runs.resumable(recorded) == recorded
+
+
 def test_seeds_share_a_process_only_in_scripts_that_have_num_seeds(tmp_path, monkeypatch, capsys):
     task = Task("pqn", "CartPole-v1", steps=1536, eager_steps=1536, flags=("--num-steps", "64", "--log-every", "1"))
     monkeypatch.setattr(long_runs, "ALGORITHMS", {"pqn": Algorithm("pqn", parity=(task,))})
