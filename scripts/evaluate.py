@@ -189,10 +189,12 @@ def run_episodes(policy, env, args: Args) -> tuple[list[float], list[int]]:
 
 def run_games(policy, env_id: str, args: Args, trained_on: str | None = None) -> tuple[list[float], list[int]]:
     """Whole Atari games (a game goes on across lost lives) on the frames the policy trained on (common/atari.py),
-    with its greedy actions; each game's score and length in env steps."""
+    with its greedy actions; each game's score and length in env steps. The games play side by side, game i in
+    env i with seed + i (as one game at a time would seed it): a greedy policy that stops pressing FIRE plays on
+    to the 108,000-frame limit (27,000 steps), and such games one after another take minutes each."""
     from turborl.atari import FRAMES, Games, make_envs
 
-    envs = make_envs(env_id, 1, threads=1)
+    envs = make_envs(env_id, args.episodes, threads=min(args.episodes, os.cpu_count() or 1))
     hint = f"; it was trained on {trained_on}: pass --env-id {trained_on}" if trained_on else ""
     try:  # one action on blank frames: a policy of another kind of env is an input error, not a crash mid-game
         with torch.no_grad():
@@ -203,19 +205,18 @@ def run_games(policy, env_id: str, args: Args, trained_on: str | None = None) ->
     n_actions = int(envs.single_action_space.n)
     fits = action.dim() == 1 and not action.is_floating_point() and 0 <= int(action[0]) < n_actions
     check(fits, f"{args.path} does not give {env_id}'s actions ({n_actions}){hint}")
-    returns, lengths = [], []
-    for game in range(args.episodes):
-        frames, info = envs.reset(seed=args.seed + game)
-        games, finished = Games(1, info["lives"]), []
-        while not finished:
-            with torch.no_grad():
-                action = policy(torch.as_tensor(frames, dtype=torch.float32))
-            frames, reward, terminated, truncated, info = envs.step(action.numpy())
-            finished = games.after_step(reward, terminated | truncated, info["lives"])
-        returns.append(finished[0][0])
-        lengths.append(finished[0][1])
+    frames, info = envs.reset(seed=args.seed)
+    games, first_games = Games(args.episodes, info["lives"]), {}  # env -> (score, length) of its first game
+    while len(first_games) < args.episodes:
+        with torch.no_grad():
+            actions = policy(torch.as_tensor(frames, dtype=torch.float32))
+        frames, reward, terminated, truncated, info = envs.step(actions.numpy())
+        finished = games.after_step(reward, terminated | truncated, info["lives"])
+        for env, game in zip(np.flatnonzero(games.length == 0), finished, strict=True):  # a game just over: 0 steps
+            first_games.setdefault(int(env), game)  # an env's later games would favour the short ones
     envs.close()
-    return returns, lengths
+    returns, lengths = zip(*(first_games[env] for env in range(args.episodes)), strict=True)
+    return list(returns), list(lengths)
 
 
 if __name__ == "__main__":

@@ -117,6 +117,17 @@ def resumable(segment: dict) -> dict:
     return {**segment, "checkpoint": os.path.relpath(older[1], ROOT), "steps": older[0]} if older else segment
 
 
+def until_resumed(previous: dict, run_dir: str) -> dict:
+    """The segment before `run_dir`'s, ending where that run resumed (its args.json's --resume): at its own
+    checkpoint, or at an older, periodic one beside it (`resumable`), whichever files are left now."""
+    config = os.path.join(run_dir, "args.json")
+    resume = json.load(open(config)).get("resume") if os.path.exists(config) else None
+    if not resume or os.path.basename(resume) == os.path.basename(previous["checkpoint"]):
+        return previous
+    checkpoint = os.path.join(os.path.dirname(previous["checkpoint"]), os.path.basename(resume))
+    return {**previous, "checkpoint": checkpoint, "steps": int(resume.rsplit("-step", 1)[1].removesuffix(".pt"))}
+
+
 def resume_point(path: str) -> str | None:
     """The checkpoint that a run's next segment resumes from (its record's last), if it is still on this machine;
     the seeds of one process share it."""
@@ -215,6 +226,8 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
         if unrecorded and os.path.relpath(unrecorded, ROOT) != last["run_dir"]:
             summary = read_summary(unrecorded, first_dir)
             if summary.get("checkpoint") and summary["steps"] > last["steps"]:
+                if record["segments"]:
+                    record["segments"][-1] = until_resumed(last, unrecorded)
                 record["segments"].append(segment(unrecorded, summary, concurrent_runs))
                 done = summary["status"] == "done"
         ended.append(done)

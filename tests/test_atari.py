@@ -117,20 +117,33 @@ def test_pqn_q_lambda_returns_are_the_recursion_cut_at_every_episode_end():
 
 
 def test_evaluate_scores_whole_games_across_lost_lives():
-    """scripts/evaluate.py on an Atari run plays whole games: a policy that always presses FIRE loses Breakout's
-    five lives in one game, and the game's score is every reward of it."""
+    """scripts/evaluate.py on an Atari run plays whole games: a policy that presses FIRE loses Breakout's five
+    lives in one game, and the game's score is every reward of it. The games play side by side, and game i is the
+    first game of seed + i, as one game at a time would play it, even where another game is still going on."""
     from scripts import evaluate
 
-    fire = lambda frames: torch.ones(frames.shape[0], dtype=torch.long)  # noqa: E731
-    [score], [length] = evaluate.run_games(fire, "Breakout-v5", evaluate.Args(path="", episodes=1, seed=3))
-    envs = atari.make_envs("Breakout-v5", 1, threads=1)  # the same game again, counted by hand
-    envs.reset(seed=3)
-    total, lives_lost = 0.0, 0
-    for _ in range(length):
-        _, reward, terminated, truncated, _ = envs.step(np.ones(1, dtype=np.int64))
-        total, lives_lost = total + reward[0], lives_lost + int(terminated[0] or truncated[0])
-    envs.close()
-    assert lives_lost == 5 and total == score and length > 5 * 20
+    wait = 1_500  # game 1 waits this many steps before its first FIRE; games 0 and 2 end two games meanwhile
+
+    def action(game: int, step: int) -> int:
+        return 1 if game != 1 or step >= wait else 0  # FIRE, else NOOP
+
+    steps = [0]  # the steps of the three games (run_games first tries the policy on one blank frame)
+
+    def policy(frames):
+        steps[0] += frames.shape[0] == 3
+        return torch.tensor([action(game, steps[0] - 1) for game in range(frames.shape[0])])
+
+    scores, lengths = evaluate.run_games(policy, "Breakout-v5", evaluate.Args(path="", episodes=3, seed=3))
+    for game, (score, length) in enumerate(zip(scores, lengths, strict=True)):
+        envs = atari.make_envs("Breakout-v5", 1, threads=1)  # the same game again, alone, counted by hand
+        envs.reset(seed=3 + game)
+        total, lives_lost, step = 0.0, 0, 0
+        while lives_lost < 5:
+            _, reward, terminated, truncated, _ = envs.step(np.array([action(game, step)]))
+            total, step, lives_lost = total + reward[0], step + 1, lives_lost + int(terminated[0] or truncated[0])
+        envs.close()
+        assert (total, step) == (score, length) and length > 5 * 20
+    assert 2 * max(lengths[0], lengths[2]) < wait < lengths[1] and lengths[0] != lengths[2]  # two seeds, two games
 
 
 def test_env_speed_measures_each_library_and_says_what_a_missing_one_needs(tmp_path, monkeypatch):

@@ -161,6 +161,34 @@ def test_a_segment_whose_checkpoint_is_gone_resumes_from_the_periodic_one_beside
     assert long_runs.resume_point(str(record)) is None and long_runs.resumable(recorded) == recorded
 
 
+def test_a_segment_recorded_after_its_call_ends_the_one_before_where_it_resumed(tmp_path):
+    """A run resumed from an older, periodic checkpoint, and recorded by a later call (here without any of the
+    earlier folder's checkpoints left): the earlier segment ends at the step its successor resumed from, as its
+    args.json says, so that the curve does not count those steps twice."""
+    args = long_runs.Args(seeds=[1], path="eager", out=str(tmp_path / "out"), runs_dir=str(tmp_path / "runs"))
+    runs_dir = pathlib.Path(long_runs.process_dir(args, TASK, [1]))
+    first, second = runs_dir / "CartPole-v1__dqn__1__100", runs_dir / "CartPole-v1__dqn__1__200"
+    os.makedirs(first)
+    os.makedirs(second)
+    recorded = {"run_dir": str(first), "checkpoint": str(first / "dqn.pt"), "steps": 2500, "wall_seconds": 9.0}
+    os.makedirs(args.out)
+    path = long_runs.target(args, TASK, 1)
+    with open(path, "w") as f:
+        json.dump({"segments": [recorded], "status": "partial"}, f)
+    (second / "args.json").write_text(json.dumps({"resume": str(first / "dqn-step2000.pt")}))
+    (second / "summary.json").write_text(json.dumps({"status": "done", "steps": 3000, "wall_seconds": 4.0,
+                                                     "checkpoint": str(second / "dqn.pt")}))
+    os.utime(first, (1, 1))  # the older folder
+
+    run = long_runs.launch(args, TASK, [1], [path], concurrent_runs=1)
+
+    assert run.process is None
+    earlier, later = run.records[0]["segments"]
+    assert earlier["steps"] == 2000 and earlier["wall_seconds"] == 9.0
+    assert os.path.basename(earlier["checkpoint"]) == "dqn-step2000.pt"
+    assert (later["steps"], later["run_dir"]) == (3000, os.path.relpath(second, long_runs.ROOT))
+
+
 def test_seeds_share_a_process_only_in_scripts_that_have_num_seeds(tmp_path, monkeypatch, capsys):
     task = Task("pqn", "CartPole-v1", steps=1536, eager_steps=1536, flags=("--num-steps", "64", "--log-every", "1"))
     monkeypatch.setattr(long_runs, "ALGORITHMS", {"pqn": Algorithm("pqn", parity=(task,))})
