@@ -215,6 +215,9 @@ def process_dir(args: Args, task: Task, seeds: list[int]) -> str:
 
 def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurrent_runs: int) -> Launched:
     records = [json.load(open(path)) if os.path.exists(path) else {"segments": []} for path in paths]
+    for record in records:  # a record names the machine of its last call: its segments so far ran there
+        for earlier in record["segments"]:
+            earlier.setdefault("machine", record.get("machine"))
     runs_dir = process_dir(args, task, seeds)
     first_dir = newest_run(runs_dir, seeds[0])
     ended = []  # per seed: whether the segment taken in below ran to the end
@@ -268,6 +271,8 @@ def finish(args: Args, run: Launched, info: dict) -> list[dict]:
         summary = read_summary(run_dir, first_dir)
         if summary.get("checkpoint") and run.process is not None:  # else `launch` took its segment in
             record["segments"].append(segment(run_dir, summary, run.concurrent_runs))
+        for this_call in record["segments"]:  # the segments recorded by this call ran here
+            this_call.setdefault("machine", info)
         record.update({
             "algo": task.label, "env_id": task.env_id, "path": args.path, "seed": seed, "steps": task.steps,
             "num_seeds": len(run.seeds),

@@ -175,15 +175,23 @@ def failures(runs: list[dict]) -> list[str]:
     return lines
 
 
+def ran_on(r: dict) -> list[tuple[dict, int]]:
+    """The machines that a record's run ran on, each with the runs that shared it: its segments' own where
+    long_runs recorded them (a run resumed on another machine), else the record's."""
+    if not any(s.get("machine") for s in r.get("segments", [])):
+        return [(r.get("machine", {}), r.get("concurrent_runs", 1))]
+    return [(s.get("machine") or r["machine"], s.get("concurrent_runs", 1)) for s in r["segments"]]
+
+
 def machines(runs: list[dict]) -> list[str]:
-    seen = {}
-    for r in runs:
-        m = r.get("machine", {})
+    seen, info = {}, {}
+    for m, _ in (each for r in runs for each in ran_on(r)):
+        info.setdefault(m.get("gpu") or m.get("cpu"), m)
         key = (m.get("gpu") or m.get("cpu"), m.get("torch"), m.get("tensordict"), m.get("gymnasium"), m.get("mujoco"))
         seen.setdefault(key, set()).add((m.get("git_commit") or "?")[:7] + ("+dirty" if m.get("git_dirty") else ""))
     lines = ["", "Measured on:"]
     for (device, torch_v, td, gym_v, mj), commits in seen.items():
-        m = next(r["machine"] for r in runs if (r["machine"].get("gpu") or r["machine"].get("cpu")) == device)
+        m = info[device]
         lines.append(f"- {device} (driver {m.get('driver') or '–'}; CPU {m.get('cpu')}), Python {m.get('python')}, "
                      f"torch {torch_v}, tensordict {td}, gymnasium {gym_v}, mujoco {mj or '–'}; "
                      f"commits {', '.join(sorted(commits))}")
@@ -321,8 +329,8 @@ def parity_rows(runs: list[dict], short: bool = False) -> list[str]:
         if ok and len(ok) < wanted:
             verdict += f" ({len(ok)} of {wanted} seeds)"
         wall = fmt(statistics.mean([r["run_wall_seconds"] for r in ok]), ",.0f") if ok else "–"
-        machine = sorted({(r["machine"].get("gpu") or "CPU " + str(r["machine"].get("cpu"))) + (
-            f", {r['concurrent_runs']} side by side" if r.get("concurrent_runs", 1) > 1 else "") for r in ok})
+        machine = sorted({(m.get("gpu") or "CPU " + str(m.get("cpu"))) + (f", {n} side by side" if n > 1 else "")
+                          for r in ok for m, n in ran_on(r)})
         if short:
             lines += [f"| {env_id} | {algo} | {seeds} | {ours} | {theirs} | {verdict} |"] if ok else []
         else:
@@ -375,13 +383,14 @@ def gpu_time(runs: list[dict]) -> list[str]:
     name it `{env}__{algo}__{seed}__{unix time}`) and lasts its recorded seconds."""
     segments = defaultdict(list)  # gpu -> [(start, end, run or None)]: the run where this is its last segment
     for run in runs:
-        if run["env_id"] in MUJOCO_V4 and run["machine"].get("gpu"):
+        if run["env_id"] in MUJOCO_V4:
             for i, seg in enumerate(run.get("segments", [])):
                 stamp = re.search(r"__(\d+)(?:-\d+)?$", seg["run_dir"])  # `-2`: a second run in the same second
-                if stamp is None:
+                gpu = (seg.get("machine") or run["machine"]).get("gpu")
+                if stamp is None or not gpu:
                     continue
                 start = int(stamp.group(1))
-                segments[run["machine"]["gpu"]].append(
+                segments[gpu].append(
                     (start, start + seg["wall_seconds"], run if i == len(run["segments"]) - 1 else None))
     stretches = []
     for gpu, spans in segments.items():

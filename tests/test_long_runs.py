@@ -162,9 +162,10 @@ def test_a_segment_whose_checkpoint_is_gone_resumes_from_the_periodic_one_beside
 
 
 def test_a_segment_recorded_after_its_call_ends_the_one_before_where_it_resumed(tmp_path):
-    """A run resumed from an older, periodic checkpoint, and recorded by a later call (here without any of the
-    earlier folder's checkpoints left): the earlier segment ends at the step its successor resumed from, as its
-    args.json says, so that the curve does not count those steps twice."""
+    """A run resumed from an older, periodic checkpoint on another machine, and recorded by a later call (here
+    without any of the earlier folder's checkpoints left): the earlier segment ends at the step its successor
+    resumed from, as its args.json says, so that the curve does not count those steps twice; each segment keeps
+    the machine it ran on."""
     args = long_runs.Args(seeds=[1], path="eager", out=str(tmp_path / "out"), runs_dir=str(tmp_path / "runs"))
     runs_dir = pathlib.Path(long_runs.process_dir(args, TASK, [1]))
     first, second = runs_dir / "CartPole-v1__dqn__1__100", runs_dir / "CartPole-v1__dqn__1__200"
@@ -174,10 +175,14 @@ def test_a_segment_recorded_after_its_call_ends_the_one_before_where_it_resumed(
     os.makedirs(args.out)
     path = long_runs.target(args, TASK, 1)
     with open(path, "w") as f:
-        json.dump({"segments": [recorded], "status": "partial"}, f)
+        json.dump({"segments": [recorded], "status": "partial", "machine": {"gpu": "first GPU"}}, f)
     (second / "args.json").write_text(json.dumps({"resume": str(first / "dqn-step2000.pt")}))
     (second / "summary.json").write_text(json.dumps({"status": "done", "steps": 3000, "wall_seconds": 4.0,
-                                                     "checkpoint": str(second / "dqn.pt")}))
+                                                     "checkpoint": str(second / "dqn.pt"), "episodes": 2,
+                                                     "mean_return_last20": 15.0}))
+    for folder, step in ((first, 2500), (second, 3000)):  # one episode each side of the resume point
+        (folder / "metrics.csv").write_text(f"step,seconds,name,value\n1500,1.0,episodic_return,10\n"
+                                            f"{step},2.0,episodic_return,20\n")
     os.utime(first, (1, 1))  # the older folder
 
     run = long_runs.launch(args, TASK, [1], [path], concurrent_runs=1)
@@ -187,6 +192,11 @@ def test_a_segment_recorded_after_its_call_ends_the_one_before_where_it_resumed(
     assert earlier["steps"] == 2000 and earlier["wall_seconds"] == 9.0
     assert os.path.basename(earlier["checkpoint"]) == "dqn-step2000.pt"
     assert (later["steps"], later["run_dir"]) == (3000, os.path.relpath(second, long_runs.ROOT))
+
+    [record] = long_runs.finish(args, run, {"gpu": "second GPU"})
+    assert [s["machine"]["gpu"] for s in record["segments"]] == ["first GPU", "second GPU"]
+    assert record["machine"]["gpu"] == "second GPU" and record["status"] == "ok"
+    assert record["curve"]["steps"] == [1500, 1500, 3000]  # the first folder's 2,500th step is played again
 
 
 def test_seeds_share_a_process_only_in_scripts_that_have_num_seeds(tmp_path, monkeypatch, capsys):

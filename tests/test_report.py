@@ -200,6 +200,29 @@ def parity_run(algo, env_id, seed, last100, status="ok", **extra):
     return run
 
 
+def test_a_run_resumed_on_another_machine_names_both(tmp_path):
+    """A record whose segments ran on two machines (long_runs records each segment's): the row and the list of
+    machines name both, with their commits; a record without them names its own machine."""
+    run = parity_run("ppo-atari", "Breakout-v5", 1, 400.0) | {"concurrent_runs": 2}
+    other = {**run["machine"], "gpu": "Other GPU", "git_commit": "1234567abc"}
+    run["segments"] = [{"run_dir": "a", "steps": 6_000_000, "wall_seconds": 1.0, "concurrent_runs": 2,
+                        "machine": other},
+                       {"run_dir": "b", "steps": 10_000_000, "wall_seconds": 1.0, "concurrent_runs": 2,
+                        "machine": run["machine"]}]
+    alone = parity_run("pqn-atari", "Breakout-v5", 1, 390.0)
+    os.makedirs(tmp_path / "runs")
+    for name, record in (("ppo", run), ("pqn", alone)):
+        (tmp_path / "runs" / f"{name}.json").write_text(json.dumps(record))
+
+    text = report.parity_report(str(tmp_path), plots=False)
+
+    assert next(line for line in text.splitlines() if line.startswith("| Breakout-v5 | ppo-atari |")).endswith(
+        "| Other GPU, 2 side by side; Test GPU, 2 side by side |")
+    assert next(line for line in text.splitlines() if line.startswith("| Breakout-v5 | pqn-atari |")).endswith(
+        "| Test GPU, 12 side by side |")
+    assert "- Other GPU (" in text and "commits 1234567" in text and "commits abcdef0" in text
+
+
 def test_the_aggregate_weighs_tasks_alike_and_names_the_seeds_it_leaves_out(tmp_path):
     """A row with more seeds than the others (td3 HalfCheetah-v4 has 10) enters the aggregate with as many as the
     fewest, its lowest-numbered, and the table says which."""
