@@ -30,6 +30,7 @@ import importlib
 import json
 import math
 import os
+import re
 import shlex
 import signal
 import statistics
@@ -102,10 +103,16 @@ def takes_num_seeds(script: str) -> bool:
     return "num_seeds" in {f.name for f in dataclasses.fields(importlib.import_module(f"algos.{script}").Args)}
 
 
+def periodic_step(path: str) -> int | None:
+    """The steps that a periodic checkpoint (`<algo>-step<N>.pt`) holds; None for any other file."""
+    match = re.fullmatch(r".+-step(\d+)\.pt", os.path.basename(path))
+    return int(match.group(1)) if match else None
+
+
 def newest_periodic(folder: str) -> tuple[int, str] | None:
-    """The steps and path of the newest periodic checkpoint (`<algo>-step<N>.pt`) in `folder`."""
+    """The steps and path of the newest periodic checkpoint in `folder`."""
     found = glob.glob(os.path.join(glob.escape(folder), "*-step*.pt"))
-    return max(((int(p.rsplit("-step", 1)[1].removesuffix(".pt")), p) for p in found), default=None)
+    return max(((periodic_step(p), p) for p in found if periodic_step(p) is not None), default=None)
 
 
 def resumable(segment: dict) -> dict:
@@ -118,14 +125,17 @@ def resumable(segment: dict) -> dict:
 
 
 def until_resumed(previous: dict, run_dir: str) -> dict:
-    """The segment before `run_dir`'s, ending where that run resumed (its args.json's --resume): at its own
-    checkpoint, or at an older, periodic one beside it (`resumable`), whichever files are left now."""
+    """The segment before `run_dir`'s, cut where that run resumed (its args.json's --resume): at an older, periodic
+    checkpoint of the previous segment's folder when the call that started it found the newer one gone
+    (`resumable`). A run that resumed from anything else leaves it as recorded."""
     config = os.path.join(run_dir, "args.json")
     resume = json.load(open(config)).get("resume") if os.path.exists(config) else None
-    if not resume or os.path.basename(resume) == os.path.basename(previous["checkpoint"]):
+    folder = os.path.dirname(previous["checkpoint"])
+    step = periodic_step(resume) if resume else None
+    elsewhere = resume and os.path.basename(os.path.dirname(resume)) != os.path.basename(folder)
+    if step is None or step >= previous["steps"] or elsewhere:
         return previous
-    checkpoint = os.path.join(os.path.dirname(previous["checkpoint"]), os.path.basename(resume))
-    return {**previous, "checkpoint": checkpoint, "steps": int(resume.rsplit("-step", 1)[1].removesuffix(".pt"))}
+    return {**previous, "checkpoint": os.path.join(folder, os.path.basename(resume)), "steps": step}
 
 
 def resume_point(path: str) -> str | None:
@@ -215,9 +225,9 @@ def process_dir(args: Args, task: Task, seeds: list[int]) -> str:
 
 def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurrent_runs: int) -> Launched:
     records = [json.load(open(path)) if os.path.exists(path) else {"segments": []} for path in paths]
-    for record in records:  # a record names the machine of its last call: its segments so far ran there
-        for earlier in record["segments"]:
-            earlier.setdefault("machine", record.get("machine"))
+    for record in records:  # segments recorded before they named their machine: the record's (its last call's)
+        for earlier in record["segments"] if record.get("machine") else []:
+            earlier.setdefault("machine", record["machine"])
     runs_dir = process_dir(args, task, seeds)
     first_dir = newest_run(runs_dir, seeds[0])
     ended = []  # per seed: whether the segment taken in below ran to the end
@@ -271,7 +281,7 @@ def finish(args: Args, run: Launched, info: dict) -> list[dict]:
         summary = read_summary(run_dir, first_dir)
         if summary.get("checkpoint") and run.process is not None:  # else `launch` took its segment in
             record["segments"].append(segment(run_dir, summary, run.concurrent_runs))
-        for this_call in record["segments"]:  # the segments recorded by this call ran here
+        for this_call in record["segments"]:  # one that `launch` took in may have run elsewhere: its note says so
             this_call.setdefault("machine", info)
         record.update({
             "algo": task.label, "env_id": task.env_id, "path": args.path, "seed": seed, "steps": task.steps,

@@ -176,7 +176,7 @@ def failures(runs: list[dict]) -> list[str]:
 
 
 def ran_on(r: dict) -> list[tuple[dict, int]]:
-    """The machines that a record's run ran on, each with the runs that shared it: its segments' own where
+    """The machines that a record's run ran on, each with how many runs shared it: its segments' own where
     long_runs recorded them (a run resumed on another machine), else the record's."""
     if not any(s.get("machine") for s in r.get("segments", [])):
         return [(r.get("machine", {}), r.get("concurrent_runs", 1))]
@@ -184,14 +184,14 @@ def ran_on(r: dict) -> list[tuple[dict, int]]:
 
 
 def machines(runs: list[dict]) -> list[str]:
-    seen, info = {}, {}
-    for m, _ in (each for r in runs for each in ran_on(r)):
-        info.setdefault(m.get("gpu") or m.get("cpu"), m)
+    seen, first_of_device = {}, {}
+    for m in (m for r in runs for m, _ in ran_on(r)):
+        first_of_device.setdefault(m.get("gpu") or m.get("cpu"), m)
         key = (m.get("gpu") or m.get("cpu"), m.get("torch"), m.get("tensordict"), m.get("gymnasium"), m.get("mujoco"))
         seen.setdefault(key, set()).add((m.get("git_commit") or "?")[:7] + ("+dirty" if m.get("git_dirty") else ""))
     lines = ["", "Measured on:"]
     for (device, torch_v, td, gym_v, mj), commits in seen.items():
-        m = info[device]
+        m = first_of_device[device]
         lines.append(f"- {device} (driver {m.get('driver') or '–'}; CPU {m.get('cpu')}), Python {m.get('python')}, "
                      f"torch {torch_v}, tensordict {td}, gymnasium {gym_v}, mujoco {mj or '–'}; "
                      f"commits {', '.join(sorted(commits))}")

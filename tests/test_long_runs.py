@@ -198,6 +198,11 @@ def test_a_segment_recorded_after_its_call_ends_the_one_before_where_it_resumed(
     assert record["machine"]["gpu"] == "second GPU" and record["status"] == "ok"
     assert record["curve"]["steps"] == [1500, 1500, 3000]  # the first folder's 2,500th step is played again
 
+    # Resumed from the segment's own checkpoint, or from another folder's: the segment stays as recorded.
+    for resume in (first / "dqn.pt", runs_dir / "CartPole-v1__dqn__1__150" / "dqn-step2000.pt"):
+        (second / "args.json").write_text(json.dumps({"resume": str(resume)}))
+        assert long_runs.until_resumed(recorded, str(second)) == recorded
+
 
 def test_seeds_share_a_process_only_in_scripts_that_have_num_seeds(tmp_path, monkeypatch, capsys):
     task = Task("pqn", "CartPole-v1", steps=1536, eager_steps=1536, flags=("--num-steps", "64", "--log-every", "1"))
