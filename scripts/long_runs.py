@@ -112,7 +112,7 @@ def periodic_step(path: str) -> int | None:
 def newest_periodic(folder: str) -> tuple[int, str] | None:
     """The steps and path of the newest periodic checkpoint in `folder`."""
     found = glob.glob(os.path.join(glob.escape(folder), "*-step*.pt"))
-    return max(((periodic_step(p), p) for p in found if periodic_step(p) is not None), default=None)
+    return max(((step, p) for p in found if (step := periodic_step(p)) is not None), default=None)
 
 
 def resumable(segment: dict) -> dict:
@@ -168,10 +168,18 @@ def read_summary(run_dir: str | None, checkpoint_dir: str | None = None) -> dict
     return {"status": "killed", "checkpoint": periodic[1], "steps": periodic[0], "wall_seconds": seconds}
 
 
-def segment(run_dir: str, summary: dict, concurrent_runs: int) -> dict:
-    """One call's part of a run: its folder, checkpoint, steps reached and wall seconds."""
+def segment(run_dir: str, summary: dict, concurrent_runs: int, info: dict | None = None) -> dict:
+    """One call's part of a run: its folder, checkpoint, steps reached, wall seconds and machine."""
     return {"run_dir": os.path.relpath(run_dir, ROOT), "checkpoint": os.path.relpath(summary["checkpoint"], ROOT),
-            "steps": summary["steps"], "wall_seconds": summary["wall_seconds"], "concurrent_runs": concurrent_runs}
+            "steps": summary["steps"], "wall_seconds": summary["wall_seconds"], "concurrent_runs": concurrent_runs,
+            "machine": info}
+
+
+def add_segment(record: dict, run_dir: str, summary: dict, concurrent_runs: int, info: dict) -> None:
+    """A run folder's segment at the end of its record; the segment before it ends where this one resumed."""
+    if record["segments"]:
+        record["segments"][-1] = until_resumed(record["segments"][-1], run_dir)
+    record["segments"].append(segment(run_dir, summary, concurrent_runs, info))
 
 
 def stitched_curve(segments: list[dict]) -> tuple[dict, float | None, float | None]:
@@ -223,11 +231,11 @@ def process_dir(args: Args, task: Task, seeds: list[int]) -> str:
                         + (f"-{seeds[-1]}" if len(seeds) > 1 else ""))
 
 
-def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurrent_runs: int) -> Launched:
+def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurrent_runs: int, info: dict) -> Launched:
     records = [json.load(open(path)) if os.path.exists(path) else {"segments": []} for path in paths]
     for record in records:  # segments recorded before they named their machine: the record's (its last call's)
-        for earlier in record["segments"] if record.get("machine") else []:
-            earlier.setdefault("machine", record["machine"])
+        for earlier in record["segments"]:
+            earlier["machine"] = earlier.get("machine") or record.get("machine")
     runs_dir = process_dir(args, task, seeds)
     first_dir = newest_run(runs_dir, seeds[0])
     ended = []  # per seed: whether the segment taken in below ran to the end
@@ -239,9 +247,7 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
         if unrecorded and os.path.relpath(unrecorded, ROOT) != last["run_dir"]:
             summary = read_summary(unrecorded, first_dir)
             if summary.get("checkpoint") and summary["steps"] > last["steps"]:
-                if record["segments"]:
-                    record["segments"][-1] = until_resumed(last, unrecorded)
-                record["segments"].append(segment(unrecorded, summary, concurrent_runs))
+                add_segment(record, unrecorded, summary, concurrent_runs, info)  # it may have run elsewhere
                 done = summary["status"] == "done"
         ended.append(done)
     if all(ended):  # its process ran to the end on its own: `finish` records it, and nothing runs again
@@ -251,11 +257,9 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
                               "machine, gpu_sharing and concurrent_runs of its last segment are that call's")
         log = os.path.join(runs_dir, f"segment{len(records[0]['segments'])}.log")  # the ended process's own
         return Launched(task, seeds, records, paths, runs_dir, None, log, concurrent_runs)
-    for record in records:
-        if record["segments"]:
-            record["segments"][-1] = resumable(record["segments"][-1])
     # The seeds of one process share its checkpoint: they resume together or start over together.
-    checkpoints = {record["segments"][-1]["checkpoint"] if record["segments"] else None for record in records}
+    checkpoints = {resumable(record["segments"][-1])["checkpoint"] if record["segments"] else None
+                   for record in records}
     last = next(iter(checkpoints)) if len(checkpoints) == 1 else None
     if checkpoints != {None} and not (last and os.path.exists(os.path.join(ROOT, last))):
         why = "its checkpoint went with an earlier machine" if last else "its seeds have no checkpoint in common"
@@ -280,9 +284,7 @@ def finish(args: Args, run: Launched, info: dict) -> list[dict]:
         run_dir = newest_run(run.runs_dir, seed)
         summary = read_summary(run_dir, first_dir)
         if summary.get("checkpoint") and run.process is not None:  # else `launch` took its segment in
-            record["segments"].append(segment(run_dir, summary, run.concurrent_runs))
-        for this_call in record["segments"]:  # one that `launch` took in may have run elsewhere: its note says so
-            this_call.setdefault("machine", info)
+            add_segment(record, run_dir, summary, run.concurrent_runs, info)
         record.update({
             "algo": task.label, "env_id": task.env_id, "path": args.path, "seed": seed, "steps": task.steps,
             "num_seeds": len(run.seeds),
@@ -381,7 +383,7 @@ def main(args: Args) -> None:
     while (pending or running) and time.time() - start < stop_at:
         while pending and len(running) < args.jobs:
             task, group, paths = pending.pop(0)
-            run = launch(args, task, group, paths, concurrent)
+            run = launch(args, task, group, paths, concurrent, info)
             if run.process is None:
                 records.update(zip(run.paths, finish(args, run, info), strict=True))
             else:

@@ -185,7 +185,7 @@ def test_a_segment_recorded_after_its_call_ends_the_one_before_where_it_resumed(
                                             f"{step},2.0,episodic_return,20\n")
     os.utime(first, (1, 1))  # the older folder
 
-    run = long_runs.launch(args, TASK, [1], [path], concurrent_runs=1)
+    run = long_runs.launch(args, TASK, [1], [path], concurrent_runs=1, info={"gpu": "second GPU"})
 
     assert run.process is None
     earlier, later = run.records[0]["segments"]
