@@ -320,6 +320,8 @@ def main(args: Args) -> None:
         raise UserError(f"unknown path(s) {unknown}; choose from {list(PATH_FLAGS)}")
     if bool(args.variant) != bool(args.extra_flags):
         raise UserError("--variant and --extra-flags go together (a name for the flags, and the flags)")
+    if args.scale is not None and args.scale <= 0:
+        raise UserError(f"--scale must be > 0 (got {args.scale:g}): the fraction of each task's budget to run")
     if args.jobs < 1 or (args.jobs > 1 and args.suite == "speed"):
         raise UserError("--jobs must be >= 1, and 1 for the speed suite (speed is measured alone)")
     if args.processes < 1 or (args.processes > 1 and args.suite != "speed"):

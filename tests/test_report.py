@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -78,6 +79,8 @@ def test_learning_suite_runs_jobs_side_by_side_and_records_it(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["dqn__CartPole-v1__eager__s1.json", "ppo__CartPole-v1__eager__s1.json"]
     with pytest.raises(UserError, match="1 for the speed suite"):
         benchmark.main(benchmark.Args(suite="speed", jobs=2, out=str(tmp_path)))
+    with pytest.raises(UserError, match="--scale must be > 0"):  # else a run of no steps, recorded as ok
+        benchmark.main(benchmark.Args(suite="learning", algos=["dqn"], paths=["eager"], scale=-1, out=str(tmp_path)))
 
 
 def sample_run(algo, env_id, path, sps, status="ok", suite="speed", seed=1, final_return=100.0):
@@ -357,6 +360,20 @@ def test_nothing_under_results_is_git_ignored():
     checked = subprocess.run(["git", "check-ignore", "--no-index", "--verbose", "--stdin"], cwd=ROOT, text=True,
                              input="\n".join(on_disk + future), capture_output=True)
     assert checked.returncode == 1 and not checked.stdout, f"git ignores under results/:\n{checked.stdout}"
+
+
+def test_no_record_under_results_names_a_path_of_the_machine_that_made_it():
+    """A record is read on other machines: its run folders are named inside the repository (runs/...), or by
+    <runs-dir>/ where they lay outside it, never by an absolute path or one that climbs out of the tree."""
+    found = []
+    for folder, _, files in os.walk(os.path.join(ROOT, "results")):
+        for name in files:
+            if name.endswith(".json"):
+                with open(os.path.join(folder, name)) as f:
+                    text = f.read()
+                machine_paths = re.findall(r'"(?:/(?:tmp|root|home|work)/|\.\./)[^"]{0,60}', text)
+                found += [f"{name}: {hit}" for hit in machine_paths]
+    assert not found, "\n".join(found[:10])
 
 
 def test_the_report_without_its_extra_says_what_to_install(tmp_path):
