@@ -92,6 +92,7 @@ class GreedyPolicy(nn.Module):
 
 
 def check_args(args: Args) -> None:
+    check(args.buffer_size >= 1, f"--buffer-size must be >= 1 (got {args.buffer_size})")
     check(0 < args.batch_size <= args.buffer_size,
           f"--batch-size {args.batch_size} must be between 1 and --buffer-size {args.buffer_size}; "
           "lower it or raise --buffer-size")
@@ -99,6 +100,8 @@ def check_args(args: Args) -> None:
     check(args.target_network_frequency >= 1, "--target-network-frequency must be >= 1")
     check(args.learning_starts >= 1, f"--learning-starts must be >= 1 (got {args.learning_starts})")
     check(0 < args.exploration_fraction <= 1, "--exploration-fraction must be in (0, 1]")
+    check(0 <= args.end_e <= args.start_e <= 1, f"need 0 <= --end-e <= --start-e <= 1 (got {args.end_e}, "
+                                                f"{args.start_e})")
     check(0 < args.tau <= 1, f"--tau must be in (0, 1] (got {args.tau})")
     check(args.learning_rate > 0, f"--learning-rate must be positive (got {args.learning_rate})")
     check_num_seeds(args)

@@ -162,8 +162,8 @@ class DeterministicPolicy(nn.Module):
 
 def resolve_defaults(args: Args) -> bool:
     """Fill the defaults chosen by the action space, check every value; returns whether actions are discrete."""
-    check(args.env_backend == "gymnasium",
-          "device envs (--env-backend torch or mjwarp): PPO on them is algos/ppo_device_envs.py")
+    check(args.env_backend == "gymnasium", f"--env-backend {args.env_backend!r}: this PPO steps gymnasium envs; on "
+          "device envs (--env-backend torch or mjwarp) PPO is algos/ppo_device_envs.py")
     space = action_space(args.env_id)
     check(isinstance(space, (gym.spaces.Discrete, gym.spaces.Box)),
           f"PPO needs Discrete or Box actions but {args.env_id} has {space}; pick e.g. CartPole-v1 or Pendulum-v1")
@@ -195,9 +195,10 @@ def main(args: Args) -> dict:
     envs = make_env(args.env_id, n_seeds * n_envs, args.seed, algo="PPO", capture_video=args.capture_video,
                     asynchronous=args.async_envs, threads=args.env_threads)
     obs_space, space = envs.single_observation_space, envs.single_action_space
-    logger = SeedLoggers(args, "ppo", args.total_timesteps, device, run_root=args.runs_dir, envs=envs)
     obs_dim = obs_space.shape[0]
     batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches  # per seed
+    logger = SeedLoggers(args, "ppo", args.total_timesteps // batch_size * batch_size, device,  # whole rollouts
+                         run_root=args.runs_dir, envs=envs)
     action_shape, n_out = ((), int(space.n)) if discrete else (space.shape, space.shape[0])  # n_out: policy outputs
 
     # ALGO LOGIC: the agent, its optimizer, the rollout storage and normalization statistics, on the device

@@ -213,8 +213,8 @@ def leave_distributed(params: list[torch.Tensor]) -> float:
 
 def resolve_defaults(args: Args) -> bool:
     """Fill the defaults chosen by the action space, check every value; returns whether actions are discrete."""
-    check(args.env_backend in ("torch", "mjwarp"),
-          "PPO on gymnasium envs is algos/ppo.py; here --env-backend is torch or mjwarp")
+    check(args.env_backend in ("torch", "mjwarp"), f"--env-backend {args.env_backend!r}: here it is torch or mjwarp; "
+          "PPO on gymnasium envs is algos/ppo.py")
     space = action_space(args.env_id, args.env_backend)
     discrete = isinstance(space, gym.spaces.Discrete)
     for name, value in (DISCRETE_DEFAULTS if discrete else CONTINUOUS_DEFAULTS).items():
@@ -234,11 +234,12 @@ def main(args: Args) -> dict:
     seed_everything(args.seed + rank)
     envs = make_env(args.env_id, args.num_envs, args.seed + rank, algo="PPO", backend=args.env_backend,
                     device=str(device), mask_velocity=args.mask_velocity)
-    logger = RunLogger(args, "ppo_device_envs", args.total_timesteps, device, run_root=args.runs_dir) if rank == 0 \
-        else SilentLogger()  # torchrun: rank 0 logs and saves for all
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, envs.single_observation_space.shape[0]
     space = envs.single_action_space
     batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches
+    rollout = batch_size * world  # the budget counts every rank's steps, in whole rollouts
+    logger = RunLogger(args, "ppo_device_envs", args.total_timesteps // rollout * rollout, device,
+                       run_root=args.runs_dir) if rank == 0 else SilentLogger()  # torchrun: rank 0 logs for all
     action_shape, n_out = ((), int(space.n)) if discrete else (space.shape, space.shape[0])  # n_out: policy outputs
 
     # ALGO LOGIC: the agent, its optimizer, the rollout storage and normalization statistics, on the device
@@ -365,7 +366,7 @@ def main(args: Args) -> dict:
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "recent_returns": list(recent_returns)}
 
-    num_iterations = args.total_timesteps // (batch_size * world)  # the budget counts every rank's steps
+    num_iterations = args.total_timesteps // rollout
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
     next_iteration, completed, stopping = start_iteration, False, False
     try:

@@ -200,8 +200,8 @@ class DeterministicPolicy(nn.Module):
 
 def resolve_defaults(args: Args) -> bool:
     """Fill the defaults chosen by the action space, check every value; returns whether actions are discrete."""
-    check(args.env_backend == "gymnasium",
-          "device envs (--env-backend torch): recurrent PPO on them is algos/ppo_lstm_device_envs.py")
+    check(args.env_backend == "gymnasium", f"--env-backend {args.env_backend!r}: this recurrent PPO steps gymnasium "
+          "envs; on device envs (--env-backend torch) it is algos/ppo_lstm_device_envs.py")
     space = action_space(args.env_id, args.env_backend)
     check(isinstance(space, (gym.spaces.Discrete, gym.spaces.Box)),
           f"PPO needs Discrete or Box actions but {args.env_id} has {space}; pick e.g. CartPole-v1 or Pendulum-v1")

@@ -206,8 +206,8 @@ class DeterministicPolicy(nn.Module):
 
 def resolve_defaults(args: Args) -> bool:
     """Fill the defaults chosen by the action space, check every value; returns whether actions are discrete."""
-    check(args.env_backend == "torch", "recurrent PPO on gymnasium envs is algos/ppo_lstm.py; here --env-backend "
-          "is torch (MuJoCo Warp: not yet)")
+    check(args.env_backend == "torch", f"--env-backend {args.env_backend!r}: here it is torch (MuJoCo Warp: not yet); "
+          "recurrent PPO on gymnasium envs is algos/ppo_lstm.py")
     space = action_space(args.env_id, args.env_backend)
     check(isinstance(space, (gym.spaces.Discrete, gym.spaces.Box)),
           f"PPO needs Discrete or Box actions but {args.env_id} has {space}; pick e.g. CartPole-v1 or Pendulum-v1")

@@ -117,10 +117,11 @@ def main(args: Args) -> dict:
     envs = make_env(args.env_id, args.num_envs, args.seed, action="discrete", algo="PQN",
                     capture_video=args.capture_video)
     obs_shape = envs.single_observation_space.shape
-    logger = RunLogger(args, "pqn", args.total_timesteps, device, run_root=args.runs_dir, envs=envs)
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, obs_shape[0]
     n_actions = int(envs.single_action_space.n)
     batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches
+    logger = RunLogger(args, "pqn", args.total_timesteps // batch_size * batch_size, device,  # whole rollouts
+                       run_root=args.runs_dir, envs=envs)
 
     # ALGO LOGIC: the Q-network, its optimizer and the rollout storage, on the device
     q_network = QNetwork(obs_dim, n_actions).to(device)

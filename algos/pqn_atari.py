@@ -121,9 +121,10 @@ def main(args: Args) -> dict:
     device = pick_device(args.cuda)
     path = ExecutionPath(args, device)
     seed_everything(args.seed)
-    logger = RunLogger(args, "pqn_atari", args.total_timesteps, device, run_root=args.runs_dir)
     n_actions = int(groups[0].single_action_space.n)
     batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches
+    logger = RunLogger(args, "pqn_atari", args.total_timesteps // batch_size * batch_size, device,  # whole rollouts
+                       run_root=args.runs_dir)
 
     # ALGO LOGIC: the Q-network, its optimizer and the rollout storage (frames as uint8), on the device
     q_network = QNetwork(n_actions).to(device)

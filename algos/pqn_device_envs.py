@@ -117,10 +117,11 @@ def main(args: Args) -> dict:
     envs = make_env(args.env_id, args.num_envs, args.seed, action="discrete", algo="PQN", backend="torch",
                     device=str(device))
     obs_shape = envs.single_observation_space.shape
-    logger = RunLogger(args, "pqn_device_envs", args.total_timesteps, device, run_root=args.runs_dir)
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, obs_shape[0]
     n_actions = int(envs.single_action_space.n)
     batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches
+    logger = RunLogger(args, "pqn_device_envs", args.total_timesteps // batch_size * batch_size,  # whole rollouts
+                       device, run_root=args.runs_dir)
 
     # ALGO LOGIC: the Q-network, its optimizer, the envs' current obs and the rollout storage, on the device
     q_network = QNetwork(obs_dim, n_actions).to(device)

@@ -125,6 +125,7 @@ class Actor(nn.Module):
 
 
 def check_args(args: Args) -> None:
+    check(args.buffer_size >= 1, f"--buffer-size must be >= 1 (got {args.buffer_size})")
     check(0 < args.batch_size <= args.buffer_size,
           f"--batch-size {args.batch_size} must be between 1 and --buffer-size {args.buffer_size}; "
           "lower it or raise --buffer-size")

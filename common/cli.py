@@ -64,7 +64,8 @@ class RunArgs:
     log_every: int = 100
     """updates between two loss records in the metrics CSV (each record reads the device once)"""
     save_model: bool = False
-    """save a checkpoint (networks, optimizers, counters) and the exported policy to the run folder at the end"""
+    """save a checkpoint (networks, optimizers, counters, replay memory, normalization statistics: all a resume
+    needs) and the exported policy to the run folder at the end"""
     track: bool = False
     """log to wandb too: offline into the run folder unless an account is configured (wandb login) or
     WANDB_MODE says otherwise; no network needed"""
@@ -253,9 +254,6 @@ def check_ppo_args(args, whole_sequences: bool = False, ranks: int = 1) -> None:
     shape = f"num-envs x num-steps{f' x {ranks} ranks' if ranks > 1 else ''} = {rollout}"
     check(args.total_timesteps >= rollout,
           f"--total-timesteps {args.total_timesteps} is less than one rollout ({shape}): raise it to {rollout} or more")
-    if args.total_timesteps % rollout:  # CleanRL's rounding: whole rollouts only
-        print(f"note: --total-timesteps {args.total_timesteps} runs as {args.total_timesteps // rollout * rollout} "
-              f"steps, whole rollouts of {shape}", file=sys.stderr)
 
 
 def check_pqn_args(args) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.util
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -318,8 +320,13 @@ def _spec(env_id: str):
     try:
         return gym.spec(env_id)
     except gym.error.Error:
+        from .atari import ale_rom  # only here: ale-py is an extra
+
+        game = re.fullmatch(r"(?:ALE/)?([A-Z][A-Za-z0-9]*-v5)", env_id)
+        atari = (f"; Atari games run in algos/ppo_atari.py and algos/pqn_atari.py (--env-id {game.group(1)})"
+                 if game and importlib.util.find_spec("ale_py") and ale_rom(game.group(1)) else "")
         raise UserError(
-            f"unknown env id {env_id!r}: use a registered gymnasium id such as CartPole-v1 or HalfCheetah-v5"
+            f"unknown env id {env_id!r}: use a registered gymnasium id such as CartPole-v1 or HalfCheetah-v5{atari}"
         ) from None
 
 

@@ -100,7 +100,11 @@ class RunLogger:
         self.stop = stop or GracefulStop()
         self.quiet = quiet
         self.start = time.perf_counter()
-        self.total_steps = total_steps
+        self.total_steps = total_steps  # what the loop runs: --total-timesteps rounded to whole iterations
+        asked = getattr(args, "total_timesteps", total_steps)
+        if total_steps < asked and not quiet:  # said once the checks have passed, not before an error
+            print(f"note: --total-timesteps {asked} runs as {total_steps} steps, whole iterations of the loop "
+                  "(CleanRL's rounding)", file=sys.stderr)
         self.returns: deque[float] = deque(maxlen=20)
         self.episodes = 0
         self.window_steps = max(total_steps // 50, 1000)
@@ -164,7 +168,7 @@ class RunLogger:
     def _write_rows(self, rows) -> None:
         """Append whole CSV rows: on a failed write (disk full) the file is cut back to its last whole row."""
         text = io.StringIO()
-        csv.writer(text).writerows(rows)
+        csv.writer(text, lineterminator="\n").writerows(rows)  # plain lines for awk and grep
         try:
             self._csv_file.write(text.getvalue())
             self._csv_file.flush()
@@ -223,18 +227,22 @@ class RunLogger:
 
     def close(self, checkpoint: str | None = None, **extra) -> dict:
         """Write summary.json and close everything; returns the summary. Its `status`: done, interrupted
-        (Ctrl-C), stopped (a non-finite loss) or failed (an exception is on its way out: the caller reports it)."""
+        (Ctrl-C before the last iteration), stopped (a non-finite loss) or failed (an exception is on its way out:
+        the caller reports it)."""
         self.stop.restore()
         error = sys.exc_info()[0]
         failed = error is not None
         first_step, first_time = self._first_progress
         trained, seconds = self._step - first_step, self._progress_time - first_time
+        reason = self.stop.reason
+        if reason == "interrupted" and self._step >= self.total_steps:
+            reason = None  # the signal came in the last iteration, which the loop finished: nothing is left to run
         summary = {
-            "status": ("interrupted" if error is KeyboardInterrupt else "failed") if failed
-            else self.stop.reason or "done",
+            "status": ("interrupted" if error is KeyboardInterrupt else "failed") if failed else reason or "done",
             "steps": self._step,
             "wall_seconds": self.elapsed(),
-            "sps": trained / seconds if seconds > 0 else 0.0,  # from the first iteration's end to the last's
+            "sps": trained / seconds if seconds > 0 else None,  # from the first iteration's end to the last's (none
+            # in a run of one iteration)
             "episodes": self.episodes,
             "mean_return_last20": self.mean_return(),
             "checkpoint": checkpoint,
@@ -254,8 +262,9 @@ class RunLogger:
             self._wandb.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float))})
             self._wandb.finish(exit_code=0 if summary["status"] == "done" else 1)
         if not failed and not self.quiet:
-            line = (f"{self._step} steps in {summary['wall_seconds']:.1f}s ({summary['sps']:.0f} steps/s after "
-                    f"the first iteration), {self._returns_text()}")
+            sps = ("one iteration" if summary["sps"] is None
+                   else f"{summary['sps']:.0f} steps/s after the first iteration")
+            line = f"{self._step} steps in {summary['wall_seconds']:.1f}s ({sps}), {self._returns_text()}"
             resume = (f"; continue with: {resume_command(checkpoint)}" if checkpoint and summary["status"] != "done"
                       else "")
             print({"done": "done: ", "interrupted": "interrupted at ", "stopped": "stopped at "}[summary["status"]]

@@ -43,7 +43,8 @@ class Args:
     capture_video: bool = False
     """record the episodes with gymnasium's RecordVideo into <run folder>/eval-videos"""
     out: str | None = None
-    """JSON output (none: evaluation.json next to the policy)"""
+    """JSON output (none: evaluation.json next to the policy; evaluation-<env-id>.json for an env other than
+    the one it trained on)"""
 
 
 def main(args: Args) -> dict:
@@ -66,7 +67,7 @@ def main(args: Args) -> dict:
         raise UserError(corrupt) from None
     if env_id not in gym.registry and re.fullmatch(r"[A-Z][A-Za-z0-9]*-v5", env_id) and ale_rom(env_id):
         check(not args.capture_video, "--capture-video: Atari runs are evaluated without video here")
-        return report(path, env_id, *run_games(policy, env_id, args, trained_on), args)
+        return report(path, env_id, *run_games(policy, env_id, args, trained_on), args, trained_on)
     try:
         env = make_one(gym.spec(env_id), os.path.join(folder, "eval-videos") if args.capture_video else None,
                        episode_trigger=lambda _: True)  # as training makes its envs
@@ -82,15 +83,21 @@ def main(args: Args) -> dict:
     except gym.error.DependencyNotInstalled as err:  # rendering for --capture-video
         raise missing_extra(env_id, err) from None
     env.close()
-    return report(path, env_id, returns, lengths, args)
+    return report(path, env_id, returns, lengths, args, trained_on)
 
 
-def report(path: str, env_id: str, returns: list[float], lengths: list[int], args: Args) -> dict:
+def report(path: str, env_id: str, returns: list[float], lengths: list[int], args: Args,
+           trained_on: str | None) -> dict:
     result = {"policy": path, "env_id": env_id, "episodes": args.episodes, "mean_return": float(np.mean(returns)),
               "std_return": float(np.std(returns)), "returns": returns, "lengths": lengths}
-    out = args.out or os.path.join(os.path.dirname(os.path.abspath(path)), "evaluation.json")
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
+    name = ("evaluation.json" if env_id == (trained_on or env_id)  # another env's keeps the run's own evaluation
+            else f"evaluation-{env_id.replace('/', '-')}.json")
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(path)), name)
+    try:
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1)
+    except OSError as err:
+        raise UserError(f"cannot write {out} ({err.strerror}); pass a writable --out") from None
     print(f"{env_id}: return {result['mean_return']:.1f} ± {result['std_return']:.1f} over {args.episodes} "
           f"episodes ({out})")
     return result
@@ -203,6 +210,14 @@ def run_games(policy, env_id: str, args: Args, trained_on: str | None = None) ->
         envs.close()
         raise UserError(f"{args.path} does not take Atari's stacked frames {FRAMES}{hint}") from None
     n_actions = int(envs.single_action_space.n)
+    if trained_on and trained_on != env_id and ale_rom(trained_on):  # one action cannot show another game's set
+        trained = make_envs(trained_on, 1, threads=1)
+        n_trained = int(trained.single_action_space.n)
+        trained.close()
+        if n_trained != n_actions:
+            envs.close()
+            raise UserError(f"{args.path} chooses among {trained_on}'s {n_trained} actions, not {env_id}'s "
+                            f"{n_actions}{hint}")
     fits = action.dim() == 1 and not action.is_floating_point() and 0 <= int(action[0]) < n_actions
     check(fits, f"{args.path} does not give {env_id}'s actions ({n_actions}){hint}")
     frames, info = envs.reset(seed=args.seed)

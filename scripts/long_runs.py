@@ -324,6 +324,12 @@ def main(args: Args) -> None:
     if captures_graphs(args.path) and not torch.cuda.is_available():  # the run would go on without graphs
         raise UserError(f"--path {args.path} captures CUDA graphs and this machine has no CUDA: pass --path eager "
                         "(as the parity rows run on CPUs) or --path compile")
+    if args.jobs < 1 or args.checkpoint_every < 1 or args.stop_seconds < 0:
+        raise UserError(f"--jobs and --checkpoint-every must be >= 1 and --stop-seconds >= 0 (got {args.jobs}, "
+                        f"{args.checkpoint_every}, {args.stop_seconds})")
+    if args.deadline is not None and args.deadline <= args.stop_seconds:
+        raise UserError(f"--deadline {args.deadline:g} leaves no time to run: it must exceed --stop-seconds "
+                        f"{args.stop_seconds:g} (or leave it out: no deadline)")
     ours = {flag.split("=")[0] for flag in shlex.split(args.extra_flags)} & set(OWN_FLAGS)
     if ours:  # a record's budget, seeds and path must be the ones it is filed under
         raise UserError(f"--extra-flags {' '.join(sorted(ours))}: long_runs sets it from the task and its own "
@@ -338,6 +344,16 @@ def main(args: Args) -> None:
         return (not args.labels or task.label in args.labels) and (not args.envs or task.env_id in args.envs)
 
     tasks = [task for algorithm in ALGORITHMS.values() for task in getattr(algorithm, args.suite)]
+    for flag, given, known in (("--labels", args.labels, {task.label for task in tasks}),
+                               ("--envs", args.envs, {task.env_id for task in tasks})):
+        if set(given) - known:  # else the selection would quietly be empty
+            raise UserError(f"{flag} {' '.join(sorted(set(given) - known))}: no {args.suite} task has it; choose from "
+                            f"{', '.join(sorted(known))}")
+    runs = {f"{task.label}/{task.env_id}" for task in tasks}
+    for run in args.runs:
+        label_env, _, seed = run.rpartition("/")
+        if label_env not in runs or not seed.isdigit():
+            raise UserError(f"--runs {run}: a run is label/env-id/seed of a {args.suite} task, e.g. sac/Ant-v4/1")
     named = {int(run.rsplit("/", 1)[1]) for run in args.runs}
     os.makedirs(args.out, exist_ok=True)
     info = machine()

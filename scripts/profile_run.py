@@ -39,8 +39,8 @@ class Args:
     """loop iterations recorded"""
     rows: int = 25
     """rows of the table"""
-    trace: str = "profile_trace.json"
-    """where the Chrome trace goes"""
+    trace: str = "runs/profile_trace.json"
+    """where the Chrome trace goes (runs/, like the run folders, is not tracked by git)"""
 
 
 class WindowDone(Exception):
@@ -87,6 +87,7 @@ def profile(args: Args, script_argv: list[str]) -> str:
     if calls < args.skip + args.active:
         raise UserError(f"the run ended after {calls} loop iterations, before the recorded window "
                          f"({args.skip} + {args.active}); give it more --total-timesteps or a smaller --skip")
+    os.makedirs(os.path.dirname(os.path.abspath(args.trace)), exist_ok=True)
     profiler.export_chrome_trace(args.trace)
     averages = profiler.key_averages()
     lines = [averages.table(sort_by="self_device_time_total" if on_gpu else "self_cpu_time_total",

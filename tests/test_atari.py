@@ -147,6 +147,21 @@ def test_evaluate_scores_whole_games_across_lost_lives():
     assert 2 * max(lengths[0], lengths[2]) < wait < lengths[1] and lengths[0] != lengths[2]  # two seeds, two games
 
 
+def test_a_game_given_to_a_gymnasium_script_names_the_atari_scripts(tmp_path):
+    result = run_script("dqn", "--env-id", "ALE/Breakout-v5", "--runs-dir", str(tmp_path))
+    assert_user_error(result, "unknown env id 'ALE/Breakout-v5'", "algos/ppo_atari.py", "--env-id Breakout-v5")
+
+
+def test_evaluate_refuses_a_game_with_another_action_set_than_the_policy_trained_on():
+    """Breakout's policy picks one of 4 actions, which Pong's 6 would take without complaint: the game it trained
+    on says what its actions mean."""
+    from scripts import evaluate
+
+    policy = lambda frames: torch.zeros(frames.shape[0], dtype=torch.long)  # NOOP, an action of every game
+    with pytest.raises(UserError, match="chooses among Breakout-v5's 4 actions, not Pong-v5's 6.*--env-id Breakout"):
+        evaluate.run_games(policy, "Pong-v5", evaluate.Args(path="", episodes=1), trained_on="Breakout-v5")
+
+
 def test_env_speed_measures_each_library_and_says_what_a_missing_one_needs(tmp_path, monkeypatch):
     from scripts import atari_env_speed
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import ROOT, assert_user_error, metric, run_script
+from tests.helpers import ROOT, assert_user_error, metric, run_main, run_script
 
 
 def run_dir_of(tmp_path, pattern="*"):
@@ -77,6 +77,34 @@ def test_ctrl_c_mid_rollout_stops_at_the_iteration_end_with_a_checkpoint_that_re
     assert open(checkpoint, "rb").read() == before  # a resumed run writes into its own folder
     resumed = read_json(os.path.join(run_dir_of(tmp_path / "b"), "summary.json"))
     assert resumed["status"] == "done" and resumed["steps"] == 10 * 2 * 2048
+
+
+@pytest.mark.parametrize("script, flags", [
+    ("ppo", ["--num-envs", "2", "--num-steps", "16"]),
+    ("pqn", ["--num-envs", "2", "--num-steps", "16"]),
+    ("ppo_lstm", ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2"]),
+])
+def test_ctrl_c_in_the_last_iteration_leaves_a_finished_run(tmp_path, monkeypatch, script, flags):
+    """A signal that lands while the last iteration runs stops nothing: the loop ends there anyway. The run is
+    done (not interrupted, with a resume that would run nothing). --total-timesteps 100 runs as three whole
+    rollouts of 32 steps, 96 steps: the last iteration starts after step 64."""
+    from turborl.errors import UserError
+    from turborl.logger import RunLogger
+
+    progress = RunLogger.progress
+
+    def signal_in_the_last_iteration(self, step):
+        if step > 64:
+            self.stop.request("interrupted", "interrupted")
+        return progress(self, step)
+
+    monkeypatch.setattr(RunLogger, "progress", signal_in_the_last_iteration)
+    flags = ["--env-id", "CartPole-v1", "--total-timesteps", "100", *flags]
+    run_dir = run_main(script, [*flags, "--save-model"], str(tmp_path / "a"))
+    summary = read_json(os.path.join(run_dir, "summary.json"))
+    assert summary["status"] == "done" and summary["steps"] == 96, summary
+    with pytest.raises(UserError, match="that run finished .*: nothing to resume"):
+        run_main(script, [*flags, "--resume", run_dir], str(tmp_path / "b"))
 
 
 def metric_rows(runs_dir, name):
@@ -277,6 +305,10 @@ def test_evaluate_takes_a_run_folder_and_refuses_an_env_the_policy_does_not_fit(
     assert read_json(os.path.join(run_dir, "evaluation.json"))["env_id"] == "CartPole-v1"
     older = evaluate(run_dir, "--env-id", "CartPole-v0", "--episodes", "1")  # an old version, as the -v4 MuJoCo rows
     assert older.returncode == 0 and "Warning" not in older.stderr, older.stderr  # as quiet as training: no warning
+    assert read_json(os.path.join(run_dir, "evaluation-CartPole-v0.json"))["env_id"] == "CartPole-v0"
+    assert read_json(os.path.join(run_dir, "evaluation.json"))["env_id"] == "CartPole-v1"  # the run's own stays
+    assert_user_error(evaluate(run_dir, "--episodes", "1", "--out", str(tmp_path / "no" / "such" / "x.json")),
+                      "cannot write", "pass a writable --out")
     assert_user_error(evaluate(os.path.join(run_dir, "dqn.pt"), "--env-id", "Pendulum-v1"),
                       "does not take Pendulum-v1's observations", "--env-id CartPole-v1")
     assert_user_error(evaluate(run_dir, "--env-id", "Breakout-v5"),  # an Atari game: evaluated on stacked frames

@@ -279,7 +279,12 @@ def test_bad_flags_of_long_runs_are_one_line(monkeypatch):
                             "--extra-flags --total-timesteps"),  # a shorter run filed as one at the full budget
                            (dict(path="eager", extra_flags="--seed=3"), "--extra-flags --seed: long_runs sets it"),
                            (dict(path="graphs"), "--path graphs: choose from eager, compile"),
-                           (dict(path="compile+cudagraphs"), "this machine has no CUDA: pass --path eager")):
+                           (dict(path="compile+cudagraphs"), "this machine has no CUDA: pass --path eager"),
+                           (dict(path="eager", jobs=0), "--jobs and --checkpoint-every must be >= 1"),  # else it hung
+                           (dict(path="eager", deadline=-5), "--deadline -5 leaves no time to run"),
+                           (dict(path="eager", labels=["nope"]), "--labels nope: no parity task has it"),  # else
+                           (dict(path="eager", envs=["Nope-v0"]), "--envs Nope-v0: no parity task has it"),  # empty
+                           (dict(path="eager", runs=["sac/Ant-v4"]), "--runs sac/Ant-v4: a run is label/env-id/seed")):
         if "cudagraphs" in flags.get("path", "") and torch.cuda.is_available():
             continue
         with pytest.raises(UserError, match=message):

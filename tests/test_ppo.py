@@ -71,4 +71,5 @@ def test_a_budget_that_is_not_whole_rollouts_is_said_once(tmp_path):
     result = run_script("ppo", "--total-timesteps", "1000", "--num-steps", "128", "--runs-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-2000:]
     notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
-    assert notes == ["note: --total-timesteps 1000 runs as 512 steps, whole rollouts of num-envs x num-steps = 512"]
+    assert notes == ["note: --total-timesteps 1000 runs as 512 steps, whole iterations of the loop (CleanRL's "
+                     "rounding)"]
