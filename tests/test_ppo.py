@@ -1,6 +1,7 @@
 """PPO on CPU (gymnasium envs and device envs): learning, GAE, bfloat16, user errors."""
 
 import glob
+import json
 import os
 
 import numpy as np
@@ -73,3 +74,15 @@ def test_a_budget_that_is_not_whole_rollouts_is_said_once(tmp_path):
     notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
     assert notes == ["note: --total-timesteps 1000 runs as 512 steps, whole iterations of the loop (CleanRL's "
                      "rounding)"]
+
+
+def test_a_run_of_one_iteration_has_no_steps_per_second_to_report(tmp_path):
+    """Steps/s count from the first iteration's end: a run of one iteration has none, which is not 0 steps/s."""
+    result = run_script("ppo_device_envs", "--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "16",
+                        "--total-timesteps", "64", "--runs-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    [summary_path] = glob.glob(str(tmp_path / "*" / "summary.json"))
+    with open(summary_path) as f:
+        summary = json.load(f)
+    assert summary["steps"] == 64 and summary["sps"] is None
+    assert "64 steps in" in result.stderr and "(one iteration)" in result.stderr
