@@ -223,9 +223,10 @@ def main(args: Args) -> dict:
     envs = make_env(args.env_id, args.num_envs, args.seed, algo="PPO", capture_video=args.capture_video,
                     asynchronous=args.async_envs)
     obs_space, space = envs.single_observation_space, envs.single_action_space
-    logger = RunLogger(args, "ppo_lstm", args.total_timesteps, device, run_root=args.runs_dir, envs=envs)
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, obs_space.shape[0]
     batch_size, envs_per_minibatch = n_envs * num_steps, n_envs // args.num_minibatches
+    logger = RunLogger(args, "ppo_lstm", args.total_timesteps // batch_size * batch_size,  # whole rollouts
+                       device, run_root=args.runs_dir, envs=envs)
     action_shape, n_out = ((), int(space.n)) if discrete else (space.shape, space.shape[0])  # n_out: policy outputs
 
     # ALGO LOGIC: the agent, its optimizer, the recurrent state, the rollout storage and normalization statistics

@@ -228,10 +228,11 @@ def main(args: Args) -> dict:
     seed_everything(args.seed)
     envs = make_env(args.env_id, args.num_envs, args.seed, algo="PPO", backend="torch", device=str(device),
                     mask_velocity=args.mask_velocity)
-    logger = RunLogger(args, "ppo_lstm_device_envs", args.total_timesteps, device, run_root=args.runs_dir)
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, envs.single_observation_space.shape[0]
     space = envs.single_action_space
     batch_size, envs_per_minibatch = n_envs * num_steps, n_envs // args.num_minibatches
+    logger = RunLogger(args, "ppo_lstm_device_envs", args.total_timesteps // batch_size * batch_size,  # whole rollouts
+                       device, run_root=args.runs_dir)
     action_shape, n_out = ((), int(space.n)) if discrete else (space.shape, space.shape[0])  # n_out: policy outputs
 
     # ALGO LOGIC: the agent, its optimizer, the recurrent state, the rollout storage and normalization statistics

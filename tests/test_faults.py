@@ -83,6 +83,7 @@ def test_ctrl_c_mid_rollout_stops_at_the_iteration_end_with_a_checkpoint_that_re
     ("ppo", ["--num-envs", "2", "--num-steps", "16"]),
     ("pqn", ["--num-envs", "2", "--num-steps", "16"]),
     ("ppo_lstm", ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2"]),
+    ("ppo_lstm_device_envs", ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2"]),
 ])
 def test_ctrl_c_in_the_last_iteration_leaves_a_finished_run(tmp_path, monkeypatch, script, flags):
     """A signal that lands while the last iteration runs stops nothing: the loop ends there anyway. The run is
