@@ -115,13 +115,36 @@ def newest_periodic(folder: str) -> tuple[int, str] | None:
     return max(((step, p) for p in found if (step := periodic_step(p)) is not None), default=None)
 
 
+RUNS_DIR = "<runs-dir>"  # how a record names --runs-dir where it lies outside the repository
+
+
+def on_disk(name: str, runs_dir: str) -> str:
+    """The path on this machine of a file or folder as a record names it: under this call's --runs-dir for a name
+    that starts with `<runs-dir>/`, else in the repository (absolute paths, which tests write, stay)."""
+    head, _, rest = name.partition("/")
+    return os.path.join(runs_dir, rest) if head == RUNS_DIR else os.path.join(ROOT, name)
+
+
+def as_recorded(path: str, runs_dir: str) -> str:
+    """How a record names a run's file or folder: from the repository's root, or from `<runs-dir>/` where --runs-dir
+    lies outside it, so that no record names a path of the machine that made it."""
+    inside = os.path.relpath(path, ROOT)
+    return os.path.join(RUNS_DIR, os.path.relpath(path, runs_dir)) if inside.startswith(os.pardir) else inside
+
+
+def with_paths(record: dict, convert, runs_dir: str) -> dict:
+    """The record with each segment's folder and checkpoint passed through `convert` (`on_disk`, `as_recorded`)."""
+    return {**record, "segments": [{**segment, "run_dir": convert(segment["run_dir"], runs_dir),
+                                    "checkpoint": convert(segment["checkpoint"], runs_dir)}
+                                   for segment in record["segments"]]}
+
+
 def resumable(segment: dict) -> dict:
     """A recorded segment whose checkpoint is gone (a stop checkpoint lost with its machine, the folder copied off
     before) ends at the newest periodic checkpoint left beside it: its episodes past that step leave the curve
     (`stitched_curve`), its seconds stay."""
-    folder = os.path.dirname(os.path.join(ROOT, segment["checkpoint"]))
-    older = None if os.path.exists(os.path.join(ROOT, segment["checkpoint"])) else newest_periodic(folder)
-    return {**segment, "checkpoint": os.path.relpath(older[1], ROOT), "steps": older[0]} if older else segment
+    older = None if os.path.exists(segment["checkpoint"]) else newest_periodic(os.path.dirname(segment["checkpoint"]))
+    return {**segment, "checkpoint": older[1], "steps": older[0]} if older else segment
 
 
 def until_resumed(previous: dict, run_dir: str) -> dict:
@@ -138,12 +161,12 @@ def until_resumed(previous: dict, run_dir: str) -> dict:
     return {**previous, "checkpoint": os.path.join(folder, os.path.basename(resume)), "steps": step}
 
 
-def resume_point(path: str) -> str | None:
+def resume_point(path: str, runs_dir: str) -> str | None:
     """The checkpoint that a run's next segment resumes from (its record's last), if it is still on this machine;
     the seeds of one process share it."""
-    segments = json.load(open(path))["segments"] if os.path.exists(path) else []
+    segments = with_paths(json.load(open(path)), on_disk, runs_dir)["segments"] if os.path.exists(path) else []
     checkpoint = resumable(segments[-1])["checkpoint"] if segments else None
-    return checkpoint if checkpoint and os.path.exists(os.path.join(ROOT, checkpoint)) else None
+    return checkpoint if checkpoint and os.path.exists(checkpoint) else None
 
 
 def newest_run(runs_dir: str, seed: int) -> str | None:
@@ -170,7 +193,7 @@ def read_summary(run_dir: str | None, checkpoint_dir: str | None = None) -> dict
 
 def segment(run_dir: str, summary: dict, concurrent_runs: int, info: dict | None = None) -> dict:
     """One call's part of a run: its folder, checkpoint, steps reached, wall seconds and machine."""
-    return {"run_dir": os.path.relpath(run_dir, ROOT), "checkpoint": os.path.relpath(summary["checkpoint"], ROOT),
+    return {"run_dir": run_dir, "checkpoint": summary["checkpoint"],
             "steps": summary["steps"], "wall_seconds": summary["wall_seconds"], "concurrent_runs": concurrent_runs,
             "machine": info}
 
@@ -189,7 +212,7 @@ def stitched_curve(segments: list[dict]) -> tuple[dict, float | None, float | No
     (a killed run resumes from an older, periodic one) are left out: the next segment plays those steps again."""
     steps, seconds, returns, offset, solved = [], [], [], 0.0, None
     for segment in segments:
-        with open(os.path.join(ROOT, segment["run_dir"], "metrics.csv")) as f:
+        with open(os.path.join(segment["run_dir"], "metrics.csv")) as f:
             for row in csv.DictReader(f):
                 if int(row["step"]) > segment["steps"]:
                     continue
@@ -232,7 +255,8 @@ def process_dir(args: Args, task: Task, seeds: list[int]) -> str:
 
 
 def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurrent_runs: int, info: dict) -> Launched:
-    records = [json.load(open(path)) if os.path.exists(path) else {"segments": []} for path in paths]
+    records = [with_paths(json.load(open(path)), on_disk, args.runs_dir) if os.path.exists(path) else {"segments": []}
+               for path in paths]
     for record in records:  # segments recorded before they named their machine: the record's (its last call's)
         for earlier in record["segments"]:
             earlier["machine"] = earlier.get("machine") or record.get("machine")
@@ -244,7 +268,7 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
         # this JSON; a chain of such calls gives only its newest.
         unrecorded, done = newest_run(runs_dir, seed), False
         last = record["segments"][-1] if record["segments"] else {"run_dir": None, "steps": 0}
-        if unrecorded and os.path.relpath(unrecorded, ROOT) != last["run_dir"]:
+        if unrecorded and unrecorded != last["run_dir"]:
             summary = read_summary(unrecorded, first_dir)
             if summary.get("checkpoint") and summary["steps"] > last["steps"]:
                 add_segment(record, unrecorded, summary, concurrent_runs, info)  # it may have run elsewhere
@@ -261,11 +285,11 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
     checkpoints = {resumable(record["segments"][-1])["checkpoint"] if record["segments"] else None
                    for record in records}
     last = next(iter(checkpoints)) if len(checkpoints) == 1 else None
-    if checkpoints != {None} and not (last and os.path.exists(os.path.join(ROOT, last))):
+    if checkpoints != {None} and not (last and os.path.exists(last)):
         why = "its checkpoint went with an earlier machine" if last else "its seeds have no checkpoint in common"
         print(f"{', '.join(os.path.basename(path) for path in paths)}: {why}; starting over")
         records, last = [{"segments": []} for _ in paths], None
-    resume = ["--resume", os.path.join(ROOT, last)] if last else []
+    resume = ["--resume", last] if last else []
     command = [sys.executable, f"algos/{task.script}.py", *flags_of(args, task, seeds[0], len(seeds)), "--save-model",
                "--checkpoint-every", str(args.checkpoint_every), "--runs-dir", runs_dir, *resume]
     os.makedirs(runs_dir, exist_ok=True)
@@ -307,7 +331,7 @@ def finish(args: Args, run: Launched, info: dict) -> list[dict]:
         else:
             record.update(status="failed", error=open(run.log).read()[-1500:])
         with open(path + ".tmp", "w") as f:
-            json.dump(record, f, indent=1)
+            json.dump(with_paths(record, as_recorded, args.runs_dir), f, indent=1)
         os.replace(path + ".tmp", path)
     return run.records
 
@@ -362,7 +386,7 @@ def main(args: Args) -> None:
         per_process = args.num_seeds if takes_num_seeds(task.script) else 1
         # The seeds of a stopped process resume together from its checkpoint, whatever this call's --num-seeds.
         recorded = [int(path.rsplit("__s", 1)[1].removesuffix(".json")) for path in glob.glob(target(args, task, "*"))]
-        resumes_from = {seed: resume_point(target(args, task, seed)) for seed in recorded}
+        resumes_from = {seed: resume_point(target(args, task, seed), args.runs_dir) for seed in recorded}
         resumed = set()
         for seed in sorted(set(args.seeds or range(1, task.seeds + 1)) | named):
             path = target(args, task, seed)

@@ -36,7 +36,8 @@ def test_a_suite_runs_two_seeds_in_one_place_and_records_each(tmp_path, monkeypa
         assert record["status"] == "ok" and record["reached"] == 3000 and len(record["segments"]) == 1
         assert record["concurrent_runs"] == 1 and f"--seed {seed} " in record["command"]
         assert (record["gpu_sharing"] is None) == (record["machine"]["gpu"] is None)  # no GPU, nothing shared
-        with open(os.path.join(long_runs.ROOT, record["segments"][0]["run_dir"], "metrics.csv")) as f:
+        assert record["segments"][0]["run_dir"].startswith("<runs-dir>/")  # the runs lie outside the repository
+        with open(long_runs.on_disk(record["segments"][0]["run_dir"], str(runs_dir)) + "/metrics.csv") as f:
             returns = [float(r["value"]) for r in csv.DictReader(f) if r["name"] == "episodic_return"]
         assert record["return_last100"] == sum(returns[-100:]) / len(returns[-100:])
         assert record["eval_return"] is not None and record["eval_return"] > 0
@@ -61,7 +62,7 @@ def test_seeds_share_a_process_and_each_gets_its_own_record(tmp_path, monkeypatc
     assert "--seed 1 --num-seeds 2 " in records[2]["command"] and "--num-seeds" not in records[4]["command"]
     for seed, record in records.items():
         assert record["status"] == "ok" and record["reached"] == 3000 and record["eval_return"] is not None
-        run_dir = os.path.join(long_runs.ROOT, record["segments"][0]["run_dir"])
+        run_dir = long_runs.on_disk(record["segments"][0]["run_dir"], args.runs_dir)
         assert json.load(open(os.path.join(run_dir, "args.json")))["seed"] == seed
         assert record["command"].endswith("--buffer-size 2500")  # and the run ran with it:
         assert json.load(open(os.path.join(run_dir, "args.json")))["buffer_size"] == 2500
@@ -115,7 +116,7 @@ def test_a_segment_whose_call_was_killed_is_found_and_resumed(tmp_path, monkeypa
     for seed, dead, summary in zip(seeds, killed, summaries, strict=True):
         record = json.load(open(tmp_path / "out" / f"dqn__CartPole-v1__eager__s{seed}.json"))
         assert record["status"] == "ok" and record["reached"] == 8_000 and len(record["segments"]) == 3
-        assert record["segments"][1]["run_dir"] == os.path.relpath(dead, long_runs.ROOT)
+        assert record["segments"][1]["run_dir"] == os.path.join("<runs-dir>", os.path.relpath(dead, tmp_path / "runs"))
         assert record["segments"][1]["steps"] > summary["steps"]
 
 
@@ -149,16 +150,16 @@ def test_a_segment_whose_checkpoint_is_gone_resumes_from_the_periodic_one_beside
     for step in (1000, 2000):
         (folder / f"dqn-step{step}.pt").write_bytes(b"")
     recorded = {"run_dir": str(folder), "checkpoint": str(folder / "dqn.pt"), "steps": 2500, "wall_seconds": 9.0}
-    record = tmp_path / "record.json"
-    record.write_text(json.dumps({"segments": [recorded], "status": "partial"}))
+    record = tmp_path / "record.json"  # as a call with --runs-dir tmp_path wrote it: no path of its machine
+    record.write_text(json.dumps({"segments": [{**recorded, "run_dir": "<runs-dir>/run",
+                                                "checkpoint": "<runs-dir>/run/dqn.pt"}], "status": "partial"}))
 
-    resumes_from = os.path.join(long_runs.ROOT, long_runs.resume_point(str(record)))
-    assert os.path.samefile(resumes_from, folder / "dqn-step2000.pt")
+    assert os.path.samefile(long_runs.resume_point(str(record), str(tmp_path)), folder / "dqn-step2000.pt")
     older = long_runs.resumable(recorded)
     assert older["steps"] == 2000 and older["wall_seconds"] == 9.0 and older["run_dir"] == str(folder)
     for step in (1000, 2000):
         os.remove(folder / f"dqn-step{step}.pt")
-    assert long_runs.resume_point(str(record)) is None and long_runs.resumable(recorded) == recorded
+    assert long_runs.resume_point(str(record), str(tmp_path)) is None and long_runs.resumable(recorded) == recorded
 
 
 def test_a_segment_recorded_after_its_call_ends_the_one_before_where_it_resumed(tmp_path):
@@ -191,12 +192,15 @@ def test_a_segment_recorded_after_its_call_ends_the_one_before_where_it_resumed(
     earlier, later = run.records[0]["segments"]
     assert earlier["steps"] == 2000 and earlier["wall_seconds"] == 9.0
     assert os.path.basename(earlier["checkpoint"]) == "dqn-step2000.pt"
-    assert (later["steps"], later["run_dir"]) == (3000, os.path.relpath(second, long_runs.ROOT))
+    assert (later["steps"], later["run_dir"]) == (3000, str(second))
 
     [record] = long_runs.finish(args, run, {"gpu": "second GPU"})
     assert [s["machine"]["gpu"] for s in record["segments"]] == ["first GPU", "second GPU"]
     assert record["machine"]["gpu"] == "second GPU" and record["status"] == "ok"
     assert record["curve"]["steps"] == [1500, 1500, 3000]  # the first folder's 2,500th step is played again
+    written = json.load(open(path))["segments"]  # each path from --runs-dir, which lies outside the repository
+    assert [s["run_dir"] for s in written] == [os.path.join("<runs-dir>", os.path.relpath(d, args.runs_dir))
+                                               for d in (first, second)]
 
     # Resumed from the segment's own checkpoint, or from another folder's: the segment stays as recorded.
     for resume in (first / "dqn.pt", runs_dir / "CartPole-v1__dqn__1__150" / "dqn-step2000.pt"):
@@ -240,7 +244,7 @@ def test_a_first_segment_whose_call_was_stopped_is_resumed_not_started_over(tmp_
     assert "starting over" not in capsys.readouterr().out
     record = json.load(open(tmp_path / "out" / "dqn__CartPole-v1__eager__s1.json"))
     assert record["status"] == "ok" and record["reached"] == 8_000 and len(record["segments"]) == 2
-    assert record["segments"][0]["run_dir"] == os.path.relpath(stopped, long_runs.ROOT)
+    assert record["segments"][0]["run_dir"] == os.path.join("<runs-dir>", os.path.relpath(stopped, tmp_path / "runs"))
 
 
 def test_a_run_that_ended_after_its_call_is_recorded_not_run_again(tmp_path, monkeypatch, capsys):
@@ -262,7 +266,8 @@ def test_a_run_that_ended_after_its_call_is_recorded_not_run_again(tmp_path, mon
     for seed in (1, 2):
         record = json.load(open(tmp_path / "out" / f"dqn__CartPole-v1__eager__s{seed}.json"))
         assert record["status"] == "ok" and record["reached"] == 3000 and len(record["segments"]) == 1
-        assert record["segments"][0]["run_dir"] == os.path.relpath(by_seed[seed], long_runs.ROOT)
+        assert record["segments"][0]["run_dir"] == os.path.join("<runs-dir>",
+                                                                os.path.relpath(by_seed[seed], tmp_path / "runs"))
         assert record["eval_return"] is not None and record["num_seeds"] == 2 and "later call" in record["note"]
 
     # A call on another path looks for its runs elsewhere: it never files these under its own path.
