@@ -197,7 +197,8 @@ def main(args: Args) -> dict:
     obs_space, space = envs.single_observation_space, envs.single_action_space
     obs_dim = obs_space.shape[0]
     batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches  # per seed
-    logger = SeedLoggers(args, "ppo", args.total_timesteps // batch_size * batch_size, device,  # whole rollouts
+    num_iterations = args.total_timesteps // batch_size  # whole rollouts (CleanRL's rounding)
+    logger = SeedLoggers(args, "ppo", num_iterations * batch_size, device,
                          run_root=args.runs_dir, envs=envs)
     action_shape, n_out = ((), int(space.n)) if discrete else (space.shape, space.shape[0])  # n_out: policy outputs
 
@@ -328,7 +329,6 @@ def main(args: Args) -> dict:
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step}
 
-    num_iterations = args.total_timesteps // batch_size
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
     next_iteration = start_iteration
     try:

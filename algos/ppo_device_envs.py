@@ -238,7 +238,8 @@ def main(args: Args) -> dict:
     space = envs.single_action_space
     batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches
     rollout = batch_size * world  # the budget counts every rank's steps, in whole rollouts
-    logger = RunLogger(args, "ppo_device_envs", args.total_timesteps // rollout * rollout, device,
+    num_iterations = args.total_timesteps // rollout
+    logger = RunLogger(args, "ppo_device_envs", num_iterations * rollout, device,
                        run_root=args.runs_dir) if rank == 0 else SilentLogger()  # torchrun: rank 0 logs for all
     action_shape, n_out = ((), int(space.n)) if discrete else (space.shape, space.shape[0])  # n_out: policy outputs
 
@@ -366,7 +367,6 @@ def main(args: Args) -> dict:
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "recent_returns": list(recent_returns)}
 
-    num_iterations = args.total_timesteps // rollout
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
     next_iteration, completed, stopping = start_iteration, False, False
     try:
@@ -377,7 +377,7 @@ def main(args: Args) -> dict:
             finished = episodes.read()  # those that ended in the previous iteration, read while this one runs
             episodes.copy()
             recent_returns.extend(episodic_return for episodic_return, _ in finished)
-            global_step += batch_size * world
+            global_step += rollout
             next_iteration = iteration + 1
             logger.log_episodes(global_step, finished)
             logger.progress(global_step)
@@ -395,7 +395,7 @@ def main(args: Args) -> dict:
                     and mean_return >= args.stop_at_return):
                 logger.log(global_step, solved_seconds=logger.elapsed())
                 break
-            if rank == 0 and checkpoints.due(global_step, batch_size * world):
+            if rank == 0 and checkpoints.due(global_step, rollout):
                 checkpoints.save_periodic(envs, None, counters())
             if stopping:  # Ctrl-C or a non-finite loss on any rank: every rank stops here
                 break

@@ -231,7 +231,8 @@ def main(args: Args) -> dict:
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, envs.single_observation_space.shape[0]
     space = envs.single_action_space
     batch_size, envs_per_minibatch = n_envs * num_steps, n_envs // args.num_minibatches
-    logger = RunLogger(args, "ppo_lstm_device_envs", args.total_timesteps // batch_size * batch_size,  # whole rollouts
+    num_iterations = args.total_timesteps // batch_size  # whole rollouts (CleanRL's rounding)
+    logger = RunLogger(args, "ppo_lstm_device_envs", num_iterations * batch_size,
                        device, run_root=args.runs_dir)
     action_shape, n_out = ((), int(space.n)) if discrete else (space.shape, space.shape[0])  # n_out: policy outputs
 
@@ -375,7 +376,6 @@ def main(args: Args) -> dict:
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "recent_returns": list(recent_returns)}
 
-    num_iterations = args.total_timesteps // batch_size
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
     next_iteration = start_iteration
     try:

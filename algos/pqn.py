@@ -120,7 +120,8 @@ def main(args: Args) -> dict:
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, obs_shape[0]
     n_actions = int(envs.single_action_space.n)
     batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches
-    logger = RunLogger(args, "pqn", args.total_timesteps // batch_size * batch_size, device,  # whole rollouts
+    num_iterations = args.total_timesteps // batch_size  # whole rollouts (CleanRL's rounding)
+    logger = RunLogger(args, "pqn", num_iterations * batch_size, device,
                        run_root=args.runs_dir, envs=envs)
 
     # ALGO LOGIC: the Q-network, its optimizer and the rollout storage, on the device
@@ -225,7 +226,6 @@ def main(args: Args) -> dict:
 
     # One iteration: a rollout (per step, the device stores the envs' answer and picks the next action while the
     # host waits only for that action), then on the device the Q(lambda) returns and every epoch of updates.
-    num_iterations = args.total_timesteps // batch_size
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
     next_iteration = start_iteration
     try:

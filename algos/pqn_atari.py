@@ -123,7 +123,8 @@ def main(args: Args) -> dict:
     seed_everything(args.seed)
     n_actions = int(groups[0].single_action_space.n)
     batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches
-    logger = RunLogger(args, "pqn_atari", args.total_timesteps // batch_size * batch_size, device,  # whole rollouts
+    num_iterations = args.total_timesteps // batch_size  # whole rollouts (CleanRL's rounding)
+    logger = RunLogger(args, "pqn_atari", num_iterations * batch_size, device,
                        run_root=args.runs_dir)
 
     # ALGO LOGIC: the Q-network, its optimizer and the rollout storage (frames as uint8), on the device
@@ -225,7 +226,6 @@ def main(args: Args) -> dict:
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step}
 
-    num_iterations = args.total_timesteps // batch_size
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
     next_iteration = start_iteration
     try:

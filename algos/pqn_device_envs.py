@@ -120,7 +120,8 @@ def main(args: Args) -> dict:
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, obs_shape[0]
     n_actions = int(envs.single_action_space.n)
     batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches
-    logger = RunLogger(args, "pqn_device_envs", args.total_timesteps // batch_size * batch_size,  # whole rollouts
+    num_iterations = args.total_timesteps // batch_size  # whole rollouts (CleanRL's rounding)
+    logger = RunLogger(args, "pqn_device_envs", num_iterations * batch_size,
                        device, run_root=args.runs_dir)
 
     # ALGO LOGIC: the Q-network, its optimizer, the envs' current obs and the rollout storage, on the device
@@ -224,7 +225,6 @@ def main(args: Args) -> dict:
     def counters() -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "recent_returns": list(recent_returns)}
 
-    num_iterations = args.total_timesteps // batch_size
     log_interval = max(1, args.log_every // (args.update_epochs * args.num_minibatches))  # in iterations
     next_iteration = start_iteration
     try:

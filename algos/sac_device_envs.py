@@ -197,7 +197,8 @@ def main(args: Args) -> dict:
     obs_dim, action_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
     capacity = args.buffer_size
     check_fits(capacity, (2 * obs_dim + action_dim + 2) * 4, device, "the replay memory", "--buffer-size")
-    logger = RunLogger(args, "sac_device_envs", args.total_timesteps // args.num_envs * args.num_envs,  # whole steps
+    num_iterations = args.total_timesteps // args.num_envs  # whole steps of every env
+    logger = RunLogger(args, "sac_device_envs", num_iterations * args.num_envs,
                        device, run_root=args.runs_dir)
     low, high = envs.single_action_space.low, envs.single_action_space.high
     bf16 = args.bf16 and device.type == "cuda"
@@ -347,7 +348,6 @@ def main(args: Args) -> dict:
         return {"iteration": next_iteration, "global_step": global_step, "updates": updates,
                 "recent_returns": list(recent_returns)}
 
-    num_iterations = args.total_timesteps // n_envs
     next_iteration = start_iteration
     try:
         for iteration in range(start_iteration, num_iterations):
