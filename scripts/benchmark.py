@@ -278,10 +278,22 @@ def with_num_seeds(task: Task, num_seeds: int, variant: str) -> Task:
     return replace(task, variant=variant, flags=tuple(flags))
 
 
+def check_selection(suite: str, labels: list[str], envs: list[str]) -> None:
+    """A --labels or --envs value that no task of the suite has is a one-line error (a selection would quietly be
+    empty without it); benchmark.py and long_runs.py select alike."""
+    tasks = [task for algorithm in ALGORITHMS.values() for task in getattr(algorithm, suite)]
+    for flag, given, known in (("--labels", labels, {task.label for task in tasks}),
+                               ("--envs", envs, {task.env_id for task in tasks})):
+        if set(given) - known:
+            raise UserError(f"{flag} {' '.join(sorted(set(given) - known))}: no {suite} task has it; choose from "
+                            f"{', '.join(sorted(known))}")
+
+
 def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
     unknown = sorted(set(args.algos) - set(ALGORITHMS))
     if unknown:
         raise UserError(f"unknown script(s) {unknown}; choose from {list(ALGORITHMS)}")
+    check_selection(args.suite, args.labels, args.envs)
     tasks = [task for name in args.algos for task in getattr(ALGORITHMS[name], args.suite)]
     paths = args.paths or (list(PATH_FLAGS) if args.suite == "speed" else ["compile+cudagraphs", "eager"])
     runs = []

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from scripts.benchmark import PATH_FLAGS, captures_graphs, gpu_sharing, machine  # noqa: E402
+from scripts.benchmark import PATH_FLAGS, captures_graphs, check_selection, gpu_sharing, machine  # noqa: E402
 from scripts.registry import ALGORITHMS, Task  # noqa: E402
 from turborl.errors import UserError, run_tool  # noqa: E402
 
@@ -368,11 +368,7 @@ def main(args: Args) -> None:
         return (not args.labels or task.label in args.labels) and (not args.envs or task.env_id in args.envs)
 
     tasks = [task for algorithm in ALGORITHMS.values() for task in getattr(algorithm, args.suite)]
-    for flag, given, known in (("--labels", args.labels, {task.label for task in tasks}),
-                               ("--envs", args.envs, {task.env_id for task in tasks})):
-        if set(given) - known:  # else the selection would quietly be empty
-            raise UserError(f"{flag} {' '.join(sorted(set(given) - known))}: no {args.suite} task has it; choose from "
-                            f"{', '.join(sorted(known))}")
+    check_selection(args.suite, args.labels, args.envs)
     runs = {f"{task.label}/{task.env_id}" for task in tasks}
     for run in args.runs:
         label_env, _, seed = run.rpartition("/")

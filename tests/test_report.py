@@ -58,7 +58,9 @@ def test_a_seeds_record_reads_its_first_seed_and_leaves_no_run_folder(tmp_path, 
     """Ten seeds in one process: the return, the episodes and the curve all come from the first seed's folder (the
     tenth's sorts first by name), and the temporary run folders are gone once the record is written."""
     task = benchmark.Task("dqn", "CartPole-v1", 20_000, 20_000, 500, variant="seeds10", flags=("--num-seeds", "10"))
-    monkeypatch.setattr(benchmark, "ALGORITHMS", {"dqn": benchmark.ALGORITHMS["dqn"].__class__("dqn", speed=(task,))})
+    plain = benchmark.Task("dqn", "CartPole-v1", 20_000, 20_000, 500)
+    monkeypatch.setattr(benchmark, "ALGORITHMS", {"dqn": benchmark.ALGORITHMS["dqn"].__class__("dqn",
+                                                                                              speed=(task, plain))})
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     os.makedirs(tmp_path / "tmp")
     benchmark.main(benchmark.Args(labels=["dqn-seeds10"], paths=["eager"], scale=0.05, out=str(tmp_path / "out")))
@@ -69,6 +71,8 @@ def test_a_seeds_record_reads_its_first_seed_and_leaves_no_run_folder(tmp_path, 
     assert os.listdir(tmp_path / "tmp") == []
     with pytest.raises(UserError, match="no task of the speed suite matches the selection .the seeds tasks, "):
         benchmark.main(benchmark.Args(labels=["dqn"], num_seeds=3, out=str(tmp_path / "out")))
+    with pytest.raises(UserError, match="--labels dqn-seeds3: no speed task has it; choose from dqn, dqn-seeds10$"):
+        benchmark.main(benchmark.Args(labels=["dqn-seeds3"], out=str(tmp_path / "out")))  # not an empty selection
 
 
 def test_learning_suite_runs_jobs_side_by_side_and_records_it(tmp_path):
