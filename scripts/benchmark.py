@@ -278,10 +278,9 @@ def with_num_seeds(task: Task, num_seeds: int, variant: str) -> Task:
     return replace(task, variant=variant, flags=tuple(flags))
 
 
-def check_selection(suite: str, labels: list[str], envs: list[str]) -> None:
-    """A --labels or --envs value that no task of the suite has is a one-line error (a selection would quietly be
-    empty without it); benchmark.py and long_runs.py select alike."""
-    tasks = [task for algorithm in ALGORITHMS.values() for task in getattr(algorithm, suite)]
+def check_selection(suite: str, tasks: list[Task], labels: list[str], envs: list[str]) -> None:
+    """A --labels or --envs value that none of the suite's `tasks` has is a one-line error (a selection would quietly
+    be empty without it); benchmark.py and long_runs.py select alike."""
     for flag, given, known in (("--labels", labels, {task.label for task in tasks}),
                                ("--envs", envs, {task.env_id for task in tasks})):
         if set(given) - known:
@@ -293,7 +292,8 @@ def plan(args: Args, cuda: bool) -> list[tuple[Task, str, int]]:
     unknown = sorted(set(args.algos) - set(ALGORITHMS))
     if unknown:
         raise UserError(f"unknown script(s) {unknown}; choose from {list(ALGORITHMS)}")
-    check_selection(args.suite, args.labels, args.envs)
+    check_selection(args.suite, [task for algorithm in ALGORITHMS.values() for task in getattr(algorithm, args.suite)],
+                    args.labels, args.envs)
     tasks = [task for name in args.algos for task in getattr(ALGORITHMS[name], args.suite)]
     paths = args.paths or (list(PATH_FLAGS) if args.suite == "speed" else ["compile+cudagraphs", "eager"])
     runs = []

@@ -71,7 +71,8 @@ class Args:
     out: str | None = None
     """the JSON of each run (none: results/parity/runs, or results/learning for --suite long)"""
     runs_dir: str | None = None
-    """the runs' folders (checkpoints, metrics), kept between calls (none: this repository's runs/long)"""
+    """the runs' folders (checkpoints, metrics), kept between calls (none: this repository's runs/long); a stopped
+    run resumes under the --runs-dir it ran under"""
     checkpoint_every: int = 250_000
     """env steps between periodic checkpoints (the run resumes from the last one if a stop fails)"""
     num_seeds: int = 1
@@ -120,16 +121,23 @@ RUNS_DIR = "<runs-dir>"  # how a record names --runs-dir where it lies outside t
 
 def on_disk(name: str, runs_dir: str) -> str:
     """The path on this machine of a file or folder as a record names it: under this call's --runs-dir for a name
-    that starts with `<runs-dir>/`, else in the repository (absolute paths, which tests write, stay)."""
+    that starts with `<runs-dir>/`, else in the repository (absolute paths, which tests write, stay); normalized, so
+    that two names of one file compare equal."""
     head, _, rest = name.partition("/")
-    return os.path.join(runs_dir, rest) if head == RUNS_DIR else os.path.join(ROOT, name)
+    return os.path.normpath(os.path.join(runs_dir, rest) if head == RUNS_DIR else os.path.join(ROOT, name))
+
+
+def climbs_out(relative: str) -> bool:
+    return relative == os.pardir or relative.startswith(os.pardir + os.sep)
 
 
 def as_recorded(path: str, runs_dir: str) -> str:
     """How a record names a run's file or folder: from the repository's root, or from `<runs-dir>/` where --runs-dir
-    lies outside it, so that no record names a path of the machine that made it."""
+    lies outside it, so that no record names a path of the machine that made it. A folder outside both (a record
+    made under another --runs-dir, resumed under this one) is named from `<runs-dir>/..`: it still resolves here,
+    and the records test refuses it in results/."""
     inside = os.path.relpath(path, ROOT)
-    return os.path.join(RUNS_DIR, os.path.relpath(path, runs_dir)) if inside.startswith(os.pardir) else inside
+    return os.path.join(RUNS_DIR, os.path.relpath(path, runs_dir)) if climbs_out(inside) else inside
 
 
 def with_paths(record: dict, convert, runs_dir: str) -> dict:
@@ -286,7 +294,8 @@ def launch(args: Args, task: Task, seeds: list[int], paths: list[str], concurren
                    for record in records}
     last = next(iter(checkpoints)) if len(checkpoints) == 1 else None
     if checkpoints != {None} and not (last and os.path.exists(last)):
-        why = "its checkpoint went with an earlier machine" if last else "its seeds have no checkpoint in common"
+        why = (f"its checkpoint is not on this machine ({last}; a run made under another --runs-dir resumes under "
+               "that one)" if last else "its seeds have no checkpoint in common")
         print(f"{', '.join(os.path.basename(path) for path in paths)}: {why}; starting over")
         records, last = [{"segments": []} for _ in paths], None
     resume = ["--resume", last] if last else []
@@ -368,7 +377,7 @@ def main(args: Args) -> None:
         return (not args.labels or task.label in args.labels) and (not args.envs or task.env_id in args.envs)
 
     tasks = [task for algorithm in ALGORITHMS.values() for task in getattr(algorithm, args.suite)]
-    check_selection(args.suite, args.labels, args.envs)
+    check_selection(args.suite, tasks, args.labels, args.envs)
     runs = {f"{task.label}/{task.env_id}" for task in tasks}
     for run in args.runs:
         label_env, _, seed = run.rpartition("/")
