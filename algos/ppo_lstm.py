@@ -226,8 +226,7 @@ def main(args: Args) -> dict:
     n_envs, num_steps, obs_dim = args.num_envs, args.num_steps, obs_space.shape[0]
     batch_size, envs_per_minibatch = n_envs * num_steps, n_envs // args.num_minibatches
     num_iterations = args.total_timesteps // batch_size  # whole rollouts (CleanRL's rounding)
-    logger = RunLogger(args, "ppo_lstm", num_iterations * batch_size,
-                       device, run_root=args.runs_dir, envs=envs)
+    logger = RunLogger(args, "ppo_lstm", num_iterations * batch_size, device, run_root=args.runs_dir, envs=envs)
     action_shape, n_out = ((), int(space.n)) if discrete else (space.shape, space.shape[0])  # n_out: policy outputs
 
     # ALGO LOGIC: the agent, its optimizer, the recurrent state, the rollout storage and normalization statistics

@@ -232,8 +232,7 @@ def main(args: Args) -> dict:
     space = envs.single_action_space
     batch_size, envs_per_minibatch = n_envs * num_steps, n_envs // args.num_minibatches
     num_iterations = args.total_timesteps // batch_size  # whole rollouts (CleanRL's rounding)
-    logger = RunLogger(args, "ppo_lstm_device_envs", num_iterations * batch_size,
-                       device, run_root=args.runs_dir)
+    logger = RunLogger(args, "ppo_lstm_device_envs", num_iterations * batch_size, device, run_root=args.runs_dir)
     action_shape, n_out = ((), int(space.n)) if discrete else (space.shape, space.shape[0])  # n_out: policy outputs
 
     # ALGO LOGIC: the agent, its optimizer, the recurrent state, the rollout storage and normalization statistics

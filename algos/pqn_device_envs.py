@@ -121,8 +121,7 @@ def main(args: Args) -> dict:
     n_actions = int(envs.single_action_space.n)
     batch_size, minibatch_size = n_envs * num_steps, n_envs * num_steps // args.num_minibatches
     num_iterations = args.total_timesteps // batch_size  # whole rollouts (CleanRL's rounding)
-    logger = RunLogger(args, "pqn_device_envs", num_iterations * batch_size,
-                       device, run_root=args.runs_dir)
+    logger = RunLogger(args, "pqn_device_envs", num_iterations * batch_size, device, run_root=args.runs_dir)
 
     # ALGO LOGIC: the Q-network, its optimizer, the envs' current obs and the rollout storage, on the device
     q_network = QNetwork(obs_dim, n_actions).to(device)

@@ -198,8 +198,7 @@ def main(args: Args) -> dict:
     capacity = args.buffer_size
     check_fits(capacity, (2 * obs_dim + action_dim + 2) * 4, device, "the replay memory", "--buffer-size")
     num_iterations = args.total_timesteps // args.num_envs  # whole steps of every env
-    logger = RunLogger(args, "sac_device_envs", num_iterations * args.num_envs,
-                       device, run_root=args.runs_dir)
+    logger = RunLogger(args, "sac_device_envs", num_iterations * args.num_envs, device, run_root=args.runs_dir)
     low, high = envs.single_action_space.low, envs.single_action_space.high
     bf16 = args.bf16 and device.type == "cuda"
 

@@ -127,17 +127,14 @@ def on_disk(name: str, runs_dir: str) -> str:
     return os.path.normpath(os.path.join(runs_dir, rest) if head == RUNS_DIR else os.path.join(ROOT, name))
 
 
-def climbs_out(relative: str) -> bool:
-    return relative == os.pardir or relative.startswith(os.pardir + os.sep)
-
-
 def as_recorded(path: str, runs_dir: str) -> str:
     """How a record names a run's file or folder: from the repository's root, or from `<runs-dir>/` where --runs-dir
     lies outside it, so that no record names a path of the machine that made it. A folder outside both (a record
     made under another --runs-dir, resumed under this one) is named from `<runs-dir>/..`: it still resolves here,
     and the records test refuses it in results/."""
     inside = os.path.relpath(path, ROOT)
-    return os.path.join(RUNS_DIR, os.path.relpath(path, runs_dir)) if climbs_out(inside) else inside
+    outside = inside == os.pardir or inside.startswith(os.pardir + os.sep)
+    return os.path.join(RUNS_DIR, os.path.relpath(path, runs_dir)) if outside else inside
 
 
 def with_paths(record: dict, convert, runs_dir: str) -> dict:
