@@ -51,6 +51,27 @@ def test_replay_never_crosses_episode_boundaries(tmp_path, algo):
 
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_replay_holds_what_gymnasiums_env_does_under_the_stored_actions(tmp_path, algo):
+    # Random actions, then the policy's (from step 300), across two time limits: replayed through gymnasium's
+    # own env, each stored action must lead from the stored obs to the stored reward and next obs.
+    module = importlib.import_module(f"algos.{algo}")
+    args = module.Args(env_id="Pendulum-v1", seed=5, total_timesteps=450, learning_starts=300, cuda=False,
+                       save_model=True, runs_dir=str(tmp_path))
+    replay = torch.load(f"{module.main(args)['run_dir']}/{algo}.pt", weights_only=False)["replay"]
+    obs, actions, rewards, next_obs, dones = (replay[name][:, 0].double().numpy() for name in (
+        "rb_obs", "rb_actions", "rb_rewards", "rb_next_obs", "rb_dones"))
+    env = gym.make("Pendulum-v1")
+    expected_obs, _ = env.reset(seed=5)
+    for t in range(len(actions)):
+        np.testing.assert_allclose(obs[t], expected_obs, atol=1e-5)
+        expected_next, expected_reward, terminated, truncated, _ = env.step(actions[t])
+        np.testing.assert_allclose([*next_obs[t], rewards[t]], [*expected_next, expected_reward], atol=1e-5)
+        assert dones[t] == terminated
+        expected_obs = env.reset()[0] if terminated or truncated else expected_next
+    assert len(actions) == 449 and np.ptp(actions[300:]) > 0  # both kinds of action, both time limits
+
+
+@pytest.mark.parametrize("algo", ["td3", "sac"])
 def test_default_mujoco_task_without_the_extra_is_a_user_error(tmp_path, algo):
     hidden = tmp_path / "without_mujoco" / "mujoco"  # first on the path: `import mujoco` fails as if not installed
     hidden.mkdir(parents=True)
