@@ -1,13 +1,18 @@
-"""td3 HalfCheetah-v4's failing row: does our update compute CleanRL's, given the same data?
+"""td3 HalfCheetah-v4's failing row: does our td3.py compute CleanRL's, given the same data and draws?
 
 Runs our algos/td3.py eager on the CPU (HalfCheetah-v4, --learning-starts L, then K updates, one logged per update),
-recording what it draws for each update (the batch's indices and the target-smoothing noise) and the networks'
-initial weights. Then it replays those K updates with CleanRL's own networks and update code (copied from its
-td3_continuous_action.py below, only the noise draw replaced by ours), from the same weights, on the replay memory
-our run saved, three times: in float32, in float32 with the actor's initial weights scaled by 1 + 1e-7, and in
-float64. Printed: how far our logged critic losses are from each replica's, against how far the replicas are from
-each other (float rounding and a 1e-7 nudge alone). The data path is checked separately: every stored transition
-is replayed through gymnasium's own env under its stored action.
+recording its random draws (each update's uniform draws, from which it makes the batch's indices, and its
+target-smoothing noise; each step's exploration noise) and the networks' initial weights. Then it replays those K
+updates with CleanRL's own networks and update code (copied from its td3_continuous_action.py below; replaced: the
+noise draw by ours, the batch by the indices ours made, the target action's clamp by HalfCheetah's bounds, +-1),
+from the same weights, on the replay memory our run saved, three times: in float32, in float32 with the actor's
+initial weights scaled by 1 + 1e-7, and in float64. Printed: how far our logged losses are from each replica's,
+against how far the replicas are from each other (float rounding and a 1e-7 nudge alone). Two checks of the data:
+every stored transition replayed through gymnasium's own env under its stored action (what is stored is what the env
+did), and each stored action of the first 100 policy steps against CleanRL's choice, `actor(obs) + noise` clipped,
+with the float32 replica's actor of that step and our noise (the action was chosen on the stored obs, by the actor
+of its step). Not checked: that the indices are drawn as CleanRL's are (ours: uniform over the transitions stored
+before the update's step; CleanRL's: np.random.randint over those stored up to it, one more).
 
     python results/parity/cleanrl-own/td3_same_batches.py CLEANRL/cleanrl/td3_continuous_action.py 1000 5000 3
 """
@@ -42,8 +47,8 @@ def deepcopy(module):
 
 
 td3.copy = types.SimpleNamespace(deepcopy=deepcopy)
-drawn = {"rand": [], "randn_like": []}  # per update: the batch's uniform draws, the smoothing noise
-torch_rand, torch_randn_like = torch.rand, torch.randn_like
+drawn = {"rand": [], "randn_like": [], "randn": []}  # per update: uniform draws, smoothing noise; per step: exploration
+torch_rand, torch_randn_like, torch_randn = torch.rand, torch.randn_like, torch.randn
 
 
 def rand(*shape, **kwargs):
@@ -53,17 +58,24 @@ def rand(*shape, **kwargs):
     return out
 
 
+def randn(*shape, **kwargs):
+    out = torch_randn(*shape, **kwargs)
+    if shape == (1, 1, 6):  # store_and_act's exploration noise, one draw per step
+        drawn["randn"].append(out.clone())
+    return out
+
+
 def randn_like(x, **kwargs):
     out = torch_randn_like(x, **kwargs)
     drawn["randn_like"].append(out.clone())
     return out
 
 
-torch.rand, torch.randn_like = rand, randn_like
+torch.rand, torch.randn_like, torch.randn = rand, randn_like, randn
 runs_dir = tempfile.mkdtemp()
 td3.main(td3.Args(env_id="HalfCheetah-v4", seed=seed, total_timesteps=learning_starts + updates + 1,
                   learning_starts=learning_starts, log_every=1, runs_dir=runs_dir, save_model=True, cuda=False))
-torch.rand, torch.randn_like = torch_rand, torch_randn_like
+torch.rand, torch.randn_like, torch.randn = torch_rand, torch_randn_like, torch_randn
 run_dir = glob.glob(f"{runs_dir}/*/")[0]
 saved = torch.load(run_dir + "td3.pt", weights_only=False)
 replay = {name: ring[:, 0] for name, ring in saved["replay"].items()}  # seed 0's ring: [steps, ...]
@@ -73,6 +85,8 @@ for line in open(run_dir + "metrics.csv").readlines()[1:]:
     if name in ours and (name == "qf_loss" or int(step) % 2 == 0):  # actor_loss: the steps that update the actor
         ours[name][int(step)] = float(value)
 assert len(drawn["rand"]) == len(drawn["randn_like"]) == updates == len(ours["qf_loss"])
+assert len(drawn["randn"]) == learning_starts + updates + 1  # one per step (the reset's included)
+assert len(replay["rb_actions"]) < td3.Args.buffer_size  # the ring never wrapped: index t is step t's transition
 
 # The data path: each stored transition is what gymnasium's env does under the stored action.
 env = gym.make("HalfCheetah-v4")
@@ -113,7 +127,15 @@ def cleanrl_updates(dtype, nudge):
     actor_optimizer = optim.Adam(list(actor.parameters()), lr=3e-4)
     rb = {name: ring.to(dtype) for name, ring in replay.items()}
     policy_noise, noise_clip, gamma, tau, policy_frequency = 0.2, 0.5, 0.99, 0.005, 2
-    losses = {"qf_loss": {}, "actor_loss": {}}
+    losses = {"qf_loss": {}, "actor_loss": {}, "acting": []}
+
+    def acting_gap(t):
+        """How far step t's stored action is from CleanRL's choice on step t's obs (its acting lines, our noise)."""
+        with torch.no_grad():
+            action = actor(rb["rb_obs"][t:t + 1]) + drawn["randn"][t][0].to(dtype) * actor.action_scale * 0.1
+        return float((action.clamp(-1.0, 1.0) - rb["rb_actions"][t]).abs().max())
+
+    losses["acting"] += [acting_gap(learning_starts), acting_gap(learning_starts + 1)]  # before the first update
     for k in range(updates):
         global_step = learning_starts + 1 + k  # ours samples the transitions stored before this step
         idx = (drawn["rand"][k][0] * global_step).long()
@@ -145,6 +167,8 @@ def cleanrl_updates(dtype, nudge):
                     target_param.data.copy_(tau * param.data + (1 - tau) * target_param.data)
             losses["actor_loss"][global_step] = actor_loss.item()
         losses["qf_loss"][global_step] = qf_loss.item()
+        if len(losses["acting"]) < 100:  # step global_step + 1 acts with the actor of k + 1 updates
+            losses["acting"].append(acting_gap(global_step + 1))
     torch.set_default_dtype(torch.float32)
     return losses
 
@@ -163,6 +187,8 @@ pairs = {"ours / fp32": (ours, replicas["CleanRL fp32"]), "ours / fp64": (ours, 
          "fp32 / fp64": (replicas["CleanRL fp32"], replicas["CleanRL fp64"]),
          "fp32 nudged / fp32": (replicas["CleanRL fp32 nudged"], replicas["CleanRL fp32"])}
 first = learning_starts + 1
+acting = replicas["CleanRL fp32"]["acting"]
+print(f"acting: the first {len(acting)} policy actions, largest difference from CleanRL's choice {max(acting):.1e}")
 for loss in ("qf_loss", "actor_loss"):
     print(f"\nmean relative difference of {loss} (seed {seed}, {updates} updates after {learning_starts} steps)")
     print("| updates | " + " | ".join(pairs) + " |\n|---|" + "---:|" * len(pairs))
