@@ -34,13 +34,19 @@ class BoundaryEnv(gym.Env):
 gym.register("turborl-test/Boundaries-v0", entry_point=BoundaryEnv, max_episode_steps=7)
 
 
+def saved_replay(tmp_path, algo: str, **args) -> dict:
+    """The replay memory a short run of the script saves with its final checkpoint: seed 0's ring of each field."""
+    module = importlib.import_module(f"algos.{algo}")
+    run = module.main(module.Args(**args, cuda=False, save_model=True, runs_dir=str(tmp_path)))
+    replay = torch.load(f"{run['run_dir']}/{algo}.pt", weights_only=False)["replay"]
+    return {name: ring[:, 0] for name, ring in replay.items()}
+
+
 @pytest.mark.parametrize("algo", ["td3", "sac"])
 def test_replay_never_crosses_episode_boundaries(tmp_path, algo):
-    module = importlib.import_module(f"algos.{algo}")
-    args = module.Args(env_id="turborl-test/Boundaries-v0", total_timesteps=40, learning_starts=38,
-                       buffer_size=100, batch_size=8, cuda=False, save_model=True, runs_dir=str(tmp_path))
-    replay = torch.load(f"{module.main(args)['run_dir']}/{algo}.pt", weights_only=False)["replay"]
-    obs, next_obs, dones = (replay[name][:, 0] for name in ("rb_obs", "rb_next_obs", "rb_dones"))  # seed 0's ring
+    replay = saved_replay(tmp_path, algo, env_id="turborl-test/Boundaries-v0", total_timesteps=40, learning_starts=38,
+                          buffer_size=100, batch_size=8)
+    obs, next_obs, dones = (replay[name] for name in ("rb_obs", "rb_next_obs", "rb_dones"))
     assert len(obs) == 39  # every step but the last, whose transition the next call would store
     # Every stored transition stays inside one episode and advances time by one step.
     torch.testing.assert_close(next_obs, obs + torch.tensor([0.0, 1.0]))
@@ -55,11 +61,8 @@ def test_replay_holds_what_gymnasiums_env_does_under_the_stored_actions(tmp_path
     # Random actions, then the policy's (from step 300), across two time limits: replayed through gymnasium's
     # own env, each stored action must lead from the stored obs to the stored reward and next obs. (Pendulum never
     # terminates: test_replay_never_crosses_episode_boundaries covers the done flag at a termination.)
-    module = importlib.import_module(f"algos.{algo}")
-    args = module.Args(env_id="Pendulum-v1", seed=5, total_timesteps=450, learning_starts=300, cuda=False,
-                       save_model=True, runs_dir=str(tmp_path))
-    replay = torch.load(f"{module.main(args)['run_dir']}/{algo}.pt", weights_only=False)["replay"]
-    obs, actions, rewards, next_obs, dones = (replay[name][:, 0].double().numpy() for name in (
+    replay = saved_replay(tmp_path, algo, env_id="Pendulum-v1", seed=5, total_timesteps=450, learning_starts=300)
+    obs, actions, rewards, next_obs, dones = (replay[name].double().numpy() for name in (
         "rb_obs", "rb_actions", "rb_rewards", "rb_next_obs", "rb_dones"))
     env = gym.make("Pendulum-v1")
     expected_obs, _ = env.reset(seed=5)

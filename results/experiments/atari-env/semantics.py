@@ -25,16 +25,16 @@ def make(num_envs: int, noop_max: int):
 
         return envpool.make(f"{game}-v5", env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True,
                             seed=1, noop_max=noop_max)
-    from ale_py.vector_env import AtariVectorEnv
+    import ale_py.vector_env
 
-    from turborl.atari import ale_game, make_envs
+    from turborl.atari import make_envs
 
-    if noop_max == 30:
+    scripts_env = ale_py.vector_env.AtariVectorEnv  # the scripts' own setup (make_envs), noop_max alone changed
+    ale_py.vector_env.AtariVectorEnv = lambda *args, **kwargs: scripts_env(*args, **{**kwargs, "noop_max": noop_max})
+    try:
         return make_envs(f"{game}-v5", num_envs, 2)
-    return AtariVectorEnv(ale_game(f"{game}-v5"), num_envs, num_threads=1, frameskip=4, stack_num=4, img_height=84,
-                          img_width=84, grayscale=True, maxpool=True, noop_max=noop_max, repeat_action_probability=0.0,
-                          max_num_frames_per_episode=108_000, life_loss_info=True, reward_clipping=False,
-                          use_fire_reset=True, autoreset_mode="SameStep")
+    finally:
+        ale_py.vector_env.AtariVectorEnv = scripts_env
 
 
 def reset(envs):
@@ -46,20 +46,26 @@ def whole_games(policy: str, count: int) -> dict:
     _, info = reset(envs)
     rng = np.random.default_rng(0)
     n_actions = envs.action_space[0].n if backend == "ale-py" else envs.action_space.n
+    if backend == "ale-py":
+        from turborl.atari import Games
+
+        scripts_games = Games(NUM_ENVS, info["lives"])  # the scripts' own count of whole games
     score, length, episodes = np.zeros(NUM_ENVS), np.zeros(NUM_ENVS, dtype=int), np.zeros(NUM_ENVS, dtype=int)
-    lives, games = info["lives"].astype(int), []
+    games = []
     while len(games) < count:
         action = rng.integers(0, n_actions, NUM_ENVS) if policy == "random" else np.zeros(NUM_ENVS, dtype=int)
         _, reward, terminated, truncated, info = envs.step(action)
-        score += info["reward"] if backend == "envpool" else reward  # envpool: the unclipped reward is in info
-        length += 1
         episodes += terminated | truncated
-        if backend == "envpool":  # its info's "terminated" is the game's end, not a lost life's
+        if backend == "envpool":  # the unclipped reward is in its info, and info's "terminated" is the game's end
+            score += info["reward"]
+            length += 1
             over = info["terminated"].astype(bool) | truncated
-        else:  # a game ends where the env restarts it: its lives go back up (common/atari.py's Games)
-            over = (terminated | truncated) & (info["lives"] >= lives)
-        games += [(score[i], length[i], episodes[i]) for i in np.flatnonzero(over)]
-        score[over], length[over], episodes[over], lives = 0, 0, 0, info["lives"].astype(int)
+            finished = [(score[i], length[i]) for i in np.flatnonzero(over)]
+        else:
+            finished = scripts_games.after_step(reward, terminated | truncated, info["lives"])
+            over = scripts_games.length == 0  # the games it just ended start their count again
+        games += [(*game_end, episodes[i]) for game_end, i in zip(finished, np.flatnonzero(over), strict=True)]
+        score[over], length[over], episodes[over] = 0, 0, 0
     scores, lengths, lives_lost = (np.array(column, dtype=float) for column in zip(*games[:count], strict=True))
     return {"games": count, "actions": int(n_actions), "score_mean": scores.mean(),
             "score_sem": scores.std() / count ** 0.5, "length_mean": lengths.mean(),
